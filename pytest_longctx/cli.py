@@ -1,0 +1,34 @@
+"""The ``longctx`` command. Each subcommand lives beside what it drives and registers here."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import LongctxError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .bench import commands as bench_commands
+    from . import score_command
+
+    parser = argparse.ArgumentParser(prog="longctx", description="Long-context agent benchmark: score, build, validate.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    score_command.register(sub)
+    bench_commands.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except LongctxError as exc:
+        print(f"longctx: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("longctx: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Find and read the benchmark's configs: builtin, a local folder in the Hugging Face
+layout (Parquet or JSONL), or a hub id."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ..errors import DataError, LongctxError
+from .records import CONFIGS, Item
+from .schema import ID_COLUMNS, check_columns, parse_item
+
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def length_tokens(length: str) -> int:
+    """``"8k"`` -> 8192; used to order splits and name rows."""
+    match = re.fullmatch(r"(\d+)([kK]?)", length)
+    if not match:
+        raise LongctxError(f"length {length!r}: expected a split name like 2k, 8k or 32k")
+    return int(match.group(1)) * (1024 if match.group(2) else 1)
+
+
+def sorted_lengths(lengths: Sequence[str]) -> list[str]:
+    return sorted(set(lengths), key=length_tokens)
+
+
+@dataclass
+class Dataset:
+    """The selected items: ``sets[config][length]`` -> items, in file order."""
+
+    source: str
+    sets: dict[str, dict[str, list[Item]]] = field(default_factory=dict)
+    files: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def items(self) -> Iterator[tuple[str, str, Item]]:
+        for config, by_length in self.sets.items():
+            for length, items in by_length.items():
+                for item in items:
+                    yield config, length, item
+
+    @property
+    def lengths(self) -> list[str]:
+        return sorted_lengths([length for by_length in self.sets.values() for length in by_length])
+
+
+def _split_files(root: Path, config: str) -> dict[str, list[Path]]:
+    """Split name -> its files, for the layouts SPEC §1.1 accepts."""
+    found: dict[str, list[Path]] = {}
+    for folder in (root / config, root / "data" / config):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            match = re.fullmatch(r"(\w+?)(-\d{5}-of-\d{5})?\.(parquet|jsonl)", path.name)
+            if match:
+                found.setdefault(match.group(1), []).append(path)
+        if found:
+            break
+    return found
+
+
+def _table_rows(path: Path, limit: int | None) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise DataError(f"{path}: not a readable Parquet file ({exc}); rebuild or re-download it") from None
+    if limit is not None:
+        table = table.slice(0, limit)
+    id_columns = [c for c in ID_COLUMNS if c in table.column_names]
+    plain = table.drop_columns(id_columns).to_pylist()
+    arrays = {c: table.column(c).combine_chunks() for c in id_columns}
+    for n, row in enumerate(plain):
+        for column, array in arrays.items():
+            row[column] = None if not array[n].is_valid else array[n].values.to_numpy(zero_copy_only=False)
+        yield row
+
+
+def _jsonl_rows(path: Path, limit: int | None) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        count = 0
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            if limit is not None and count >= limit:
+                return
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}, line {number}: expected one JSON object per line")
+            count += 1
+            yield row
+
+
+def _columns(path: Path) -> list[str] | None:
+    if path.suffix != ".parquet":
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path).names
+    except Exception as exc:
+        raise DataError(f"{path}: not a readable Parquet file ({exc}); rebuild or re-download it") from None
+
+
+def read_split(config: str, files: list[Path], limit: int | None = None) -> list[Item]:
+    """Validated items of one config and split, in file order (the first ``limit``)."""
+    items: list[Item] = []
+    for path in files:
+        left = None if limit is None else limit - len(items)
+        if left == 0:
+            break
+        columns = _columns(path)
+        if columns is not None:
+            check_columns(config, columns, str(path))
+        rows = _table_rows(path, left) if path.suffix == ".parquet" else _jsonl_rows(path, left)
+        for number, row in enumerate(rows):
+            if columns is None:
+                check_columns(config, list(row), f"{path}, row {number}")
+            items.append(parse_item(config, row, f"{path}, row {number}"))
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise DataError(f"{files[0].parent}: item id {item.id!r} occurs twice in split; ids must be unique")
+        seen.add(item.id)
+    return items
+
+
+def resolve_source(data: str) -> Path:
+    """A local folder for ``builtin``, a path, or a hub id (downloaded when possible)."""
+    if data == "builtin":
+        from ..bench.cache import builtin_dir
+
+        return builtin_dir()
+    path = Path(data).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise LongctxError(f"--data {data}: expected a folder in the Hugging Face layout (<dir>/<config>/<split>.parquet)")
+        return path
+    if not HUB_ID.match(data):
+        raise LongctxError(f"--data {data}: no such folder; give 'builtin', a local folder or a hub dataset id")
+    return _download(data)
+
+
+def _download(repo_id: str) -> Path:
+    local_form = "a local copy: --data ./longctx-agent-bench (folders <config>/<split>-*.parquet)"
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise LongctxError(
+            f"--data {repo_id}: huggingface_hub is not installed (pip install huggingface_hub), or pass {local_form}"
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset"))
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LongctxError(f"--data {repo_id}: cannot download it ({reason}); offline, pass {local_form}") from None
+
+
+def load_dataset(
+    data: str | os.PathLike,
+    sets: Sequence[str] | None = None,
+    lengths: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> Dataset:
+    """Read the selected configs and lengths; ``limit`` keeps the first N items of each."""
+    root = resolve_source(str(data))
+    wanted = list(sets) if sets else list(CONFIGS)
+    unknown = [s for s in wanted if s not in CONFIGS]
+    if unknown:
+        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    if limit is not None and limit < 1:
+        raise LongctxError(f"--limit {limit}: must be at least 1")
+    dataset = Dataset(source=str(data))
+    for config in wanted:
+        splits = _split_files(root, config)
+        if not splits:
+            if sets:
+                raise LongctxError(f"{root}: no files for config {config} (expected {root}/{config}/<split>-*.parquet)")
+            continue
+        chosen = sorted_lengths(lengths) if lengths else sorted_lengths(list(splits))
+        for length in chosen:
+            if length not in splits:
+                continue
+            dataset.files[(config, length)] = ", ".join(str(p) for p in splits[length])
+            dataset.sets.setdefault(config, {})[length] = read_split(config, splits[length], limit)
+    if not dataset.sets:
+        raise LongctxError(f"{root}: no benchmark files found for {', '.join(wanted)}")
+    missing = [n for n in lengths or () if n not in dataset.lengths]
+    if missing:
+        raise LongctxError(f"--lengths: {root} has no split {', '.join(missing)} (has {', '.join(dataset.lengths)})")
+    return dataset

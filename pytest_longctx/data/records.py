@@ -1,0 +1,117 @@
+"""Typed records of the benchmark's items (SPEC §1), one dataclass per config.
+
+Character spans are half-open ``(start, end)`` offsets into the item's text. Token
+fields prefixed ``qwen_`` hold the Qwen3.5 tokenization the items were built with:
+``qwen_ids*`` are the token ids of a text, ``qwen_pos*`` are indices into those ids.
+They are optional: without them only the ``text`` mode can score an item.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+Span = tuple[int, int]
+
+CONFIGS = ("facts", "tool_calls", "rules_en", "rules_cs", "rules_de")
+RULES_CONFIGS = ("rules_en", "rules_cs", "rules_de")
+FAMILIES = ("substitution", "redirect", "required")
+PLACEMENTS = ("system", "user")
+TOOL_KINDS = ("name", "param", "next", "command")
+# A target is far when what it needs ends this many tokens or more before it.
+FAR_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class FactTarget:
+    answer_char: Span  # the answer after the query, e.g. " 48213."
+    answer: str
+    fact_char: Span  # the planted fact sentence
+    fact: str
+    distance_tokens: int
+    qwen_answer_pos: Span | None = None  # answer tokens [first, end) in qwen_ids
+
+
+@dataclass(frozen=True, eq=False)
+class FactItem:
+    id: str
+    text: str
+    targets: tuple[FactTarget, ...]
+    source: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[dict[str, Any], ...] = ()
+    qwen_ids: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    id: str
+    name: str
+    kind: str  # "tool" (a JSON definition in <tools>) or "command" (a documented shell command)
+    char: Span
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolTarget:
+    char: Span  # the span of the target token
+    target: str
+    kind: str  # one of TOOL_KINDS
+    far: bool
+    fresh: bool
+    definition_id: str
+    distance_tokens: int
+    qwen_pos: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ToolItem:
+    id: str
+    text: str
+    definitions: tuple[ToolDefinition, ...]
+    targets: tuple[ToolTarget, ...]
+    sources: tuple[dict[str, Any], ...] = ()
+    qwen_ids: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class RuleTarget:
+    char_without_rule: Span  # where the governed action starts, in text_without_rule
+    char_with_rule: Span  # the same place in text_with_rule
+    expected_text: str  # what the rule implies, e.g. " rg"
+    original_text: str  # what the session did, e.g. " grep"
+    distance_tokens: int
+    first: bool  # the first action the rule governs after it is given
+    mentioned: bool  # the expected text occurs in the session before the target
+    qwen_pos_without_rule: int | None = None
+    qwen_pos_with_rule: int | None = None
+    qwen_expected_id: int | None = None  # first Qwen3.5 token of expected_text
+
+
+@dataclass(frozen=True, eq=False)
+class RuleItem:
+    id: str
+    context_id: str
+    text_without_rule: str
+    text_with_rule: str
+    rule: str
+    rule_char: Span  # the rule line in text_with_rule
+    family: str
+    placement: str
+    lang: str
+    targets: tuple[RuleTarget, ...]
+    sources: tuple[dict[str, Any], ...] = ()
+    qwen_ids_without_rule: np.ndarray | None = None
+    qwen_ids_with_rule: np.ndarray | None = None
+
+
+Item = Union[FactItem, ToolItem, RuleItem]
+
+
+def config_kind(config: str) -> str:
+    """The metric family of a config: ``facts``, ``tool_calls`` or ``rules``."""
+    if config in RULES_CONFIGS:
+        return "rules"
+    if config in ("facts", "tool_calls"):
+        return config
+    raise ValueError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")

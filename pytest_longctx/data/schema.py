@@ -1,0 +1,228 @@
+"""Row -> record conversion with validation: every error names the file, row and field."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DataError
+from .records import (
+    FAMILIES,
+    PLACEMENTS,
+    TOOL_KINDS,
+    FactItem,
+    FactTarget,
+    Item,
+    RuleItem,
+    RuleTarget,
+    ToolDefinition,
+    ToolItem,
+    ToolTarget,
+    config_kind,
+)
+
+# Columns that hold token ids: read as int arrays, not Python lists.
+ID_COLUMNS = ("qwen_ids", "qwen_ids_without_rule", "qwen_ids_with_rule")
+
+REQUIRED_COLUMNS = {
+    "facts": ("id", "text", "targets"),
+    "tool_calls": ("id", "text", "definitions", "targets"),
+    "rules": (
+        "id", "context_id", "text_without_rule", "text_with_rule", "rule", "rule_char",
+        "family", "placement", "lang", "targets",
+    ),
+}
+
+
+class _Row:
+    """Field access on one row (or one nested record) that fails with the row's location."""
+
+    def __init__(self, data: dict[str, Any], where: str):
+        self.data = data
+        self.where = where
+
+    def fail(self, field: str, problem: str) -> DataError:
+        return DataError(f"{self.where}, field {field!r}: {problem}")
+
+    def get(self, field: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+        value = self.data.get(field)
+        if value is None:
+            if optional:
+                return None
+            raise self.fail(field, "missing; every item needs it (see the schema in the README)")
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise self.fail(field, f"expected {names}, got {type(value).__name__} {value!r:.60}")
+        return value
+
+    def text(self, field: str) -> str:
+        return self.get(field, str)
+
+    def integer(self, field: str, optional: bool = False) -> int | None:
+        value = self.get(field, (int, np.integer), optional)
+        return None if value is None else int(value)
+
+    def flag(self, field: str) -> bool:
+        return bool(self.get(field, bool))
+
+    def choice(self, field: str, allowed: tuple[str, ...]) -> str:
+        value = self.text(field)
+        if value not in allowed:
+            raise self.fail(field, f"{value!r} is not one of {', '.join(allowed)}")
+        return value
+
+    def span(self, field: str, text_len: int | None, optional: bool = False) -> tuple[int, int] | None:
+        value = self.get(field, (list, tuple, np.ndarray), optional)
+        if value is None:
+            return None
+        if len(value) != 2:
+            raise self.fail(field, f"a span is [start, end], got {list(value)!r:.60}")
+        start, end = int(value[0]), int(value[1])
+        if not 0 <= start < end or (text_len is not None and end > text_len):
+            limit = f" (text has {text_len} characters)" if text_len is not None else ""
+            raise self.fail(field, f"span [{start}, {end}) is not inside the text{limit}")
+        return start, end
+
+    def records(self, field: str) -> list[_Row]:
+        values = self.get(field, (list, tuple, np.ndarray))
+        rows = []
+        for n, value in enumerate(values):
+            if not isinstance(value, dict):
+                raise self.fail(f"{field}[{n}]", f"expected a record, got {type(value).__name__}")
+            rows.append(_Row(value, f"{self.where}, {field}[{n}]"))
+        return rows
+
+    def ids(self, field: str) -> np.ndarray | None:
+        value = self.data.get(field)
+        if value is None:
+            return None
+        try:
+            return np.asarray(value, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError):
+            raise self.fail(field, "expected a list of token ids") from None
+
+    def dicts(self, field: str) -> tuple[dict[str, Any], ...]:
+        value = self.data.get(field)
+        if value is None:
+            return ()
+        if isinstance(value, dict):
+            return (value,)
+        return tuple(v for v in value if isinstance(v, dict))
+
+
+def _fact(row: _Row) -> FactItem:
+    text = row.text("text")
+    targets = tuple(
+        FactTarget(
+            answer_char=t.span("answer_char", len(text)),
+            answer=t.text("answer"),
+            fact_char=t.span("fact_char", len(text)),
+            fact=t.text("fact"),
+            distance_tokens=t.integer("distance_tokens"),
+            qwen_answer_pos=t.span("qwen_answer_pos", None, optional=True),
+        )
+        for t in row.records("targets")
+    )
+    source = row.dicts("source")
+    return FactItem(
+        id=row.text("id"),
+        text=text,
+        targets=targets,
+        source=source[0] if source else {},
+        sources=row.dicts("sources"),
+        qwen_ids=row.ids("qwen_ids"),
+    )
+
+
+def _tool(row: _Row) -> ToolItem:
+    text = row.text("text")
+    definitions = tuple(
+        ToolDefinition(
+            id=d.text("id"),
+            name=d.text("name"),
+            kind=d.choice("kind", ("tool", "command")),
+            char=d.span("char", len(text)),
+            text=d.text("text"),
+        )
+        for d in row.records("definitions")
+    )
+    known = {d.id for d in definitions}
+    targets = []
+    for t in row.records("targets"):
+        definition_id = t.text("definition_id")
+        if definition_id not in known:
+            raise t.fail("definition_id", f"{definition_id!r} is not in the item's definitions")
+        targets.append(
+            ToolTarget(
+                char=t.span("char", len(text)),
+                target=t.text("target"),
+                kind=t.choice("kind", TOOL_KINDS),
+                far=t.flag("far"),
+                fresh=t.flag("fresh"),
+                definition_id=definition_id,
+                distance_tokens=t.integer("distance_tokens"),
+                qwen_pos=t.integer("qwen_pos", optional=True),
+            )
+        )
+    return ToolItem(
+        id=row.text("id"),
+        text=text,
+        definitions=definitions,
+        targets=tuple(targets),
+        sources=row.dicts("sources"),
+        qwen_ids=row.ids("qwen_ids"),
+    )
+
+
+def _rule(row: _Row) -> RuleItem:
+    without, with_rule = row.text("text_without_rule"), row.text("text_with_rule")
+    targets = tuple(
+        RuleTarget(
+            char_without_rule=t.span("char_without_rule", len(without)),
+            char_with_rule=t.span("char_with_rule", len(with_rule)),
+            expected_text=t.text("expected_text"),
+            original_text=t.text("original_text"),
+            distance_tokens=t.integer("distance_tokens"),
+            first=t.flag("first"),
+            mentioned=t.flag("mentioned"),
+            qwen_pos_without_rule=t.integer("qwen_pos_without_rule", optional=True),
+            qwen_pos_with_rule=t.integer("qwen_pos_with_rule", optional=True),
+            qwen_expected_id=t.integer("qwen_expected_id", optional=True),
+        )
+        for t in row.records("targets")
+    )
+    return RuleItem(
+        id=row.text("id"),
+        context_id=row.text("context_id"),
+        text_without_rule=without,
+        text_with_rule=with_rule,
+        rule=row.text("rule"),
+        rule_char=row.span("rule_char", len(with_rule)),
+        family=row.choice("family", FAMILIES),
+        placement=row.choice("placement", PLACEMENTS),
+        lang=row.text("lang"),
+        targets=targets,
+        sources=row.dicts("sources"),
+        qwen_ids_without_rule=row.ids("qwen_ids_without_rule"),
+        qwen_ids_with_rule=row.ids("qwen_ids_with_rule"),
+    )
+
+
+PARSERS: dict[str, Callable[[_Row], Item]] = {"facts": _fact, "tool_calls": _tool, "rules": _rule}
+
+
+def check_columns(config: str, columns: list[str], where: str) -> None:
+    """Fail once, naming every missing column, before any row is read."""
+    missing = [c for c in REQUIRED_COLUMNS[config_kind(config)] if c not in columns]
+    if missing:
+        raise DataError(
+            f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"required by the {config} config (see the schema in the README)"
+        )
+
+
+def parse_item(config: str, row: dict[str, Any], where: str) -> Item:
+    """One validated record from one row; ``where`` names the file and row for errors."""
+    ident = row.get("id")
+    label = f"{where} (id {ident})" if isinstance(ident, str) else where
+    return PARSERS[config_kind(config)](_Row(row, label))
