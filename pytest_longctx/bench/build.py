@@ -1,0 +1,55 @@
+"""Build the benchmark: every requested config at every requested length, written in
+the Hugging Face layout with a data card."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..data.records import CONFIGS, RULES_CONFIGS
+from ..errors import LongctxError
+from .card import write_card
+from .facts import build_facts
+from .fit import SegmentEncoder
+from .plan import plan
+from .rules import build_rules
+from .tool_calls import build_tool_calls
+from .write import write_split
+
+DEFAULT_SEED = 0
+
+
+def _stderr(message: str) -> None:
+    print(f"longctx: {message}", file=sys.stderr, flush=True)
+
+
+def build(
+    out: Path,
+    lengths: Sequence[str],
+    seed: int = DEFAULT_SEED,
+    sets: Sequence[str] = CONFIGS,
+    limit: int | None = None,
+    progress: Callable[[str], None] = _stderr,
+) -> list[Path]:
+    """Write ``out/<config>/<length>-00000-of-00001.parquet`` for each config and
+    length, and ``out/README.md``. ``limit`` caps the items (sessions, for rules)."""
+    unknown = [s for s in sets if s not in CONFIGS]
+    if unknown:
+        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    encoder = SegmentEncoder()
+    written = []
+    for length in lengths:
+        counts = plan(length, limit)
+        started = time.perf_counter()
+        if "facts" in sets:
+            written.append(write_split(out, "facts", length, build_facts(counts, seed, encoder)))
+        if "tool_calls" in sets:
+            written.append(write_split(out, "tool_calls", length, build_tool_calls(counts, seed, encoder)))
+        langs = tuple(config.split("_", 1)[1] for config in RULES_CONFIGS if config in sets)
+        if langs:
+            for config, rows in build_rules(counts, seed, encoder, langs).items():
+                written.append(write_split(out, config, length, rows))
+        progress(f"built {length} ({', '.join(s for s in CONFIGS if s in sets)}) in {time.perf_counter() - started:.1f}s")
+    write_card(out, seed)
+    return written
