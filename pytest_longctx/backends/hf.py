@@ -1,0 +1,204 @@
+"""The transformers backend: any causal LM that runs in transformers (folder, hub id, GGUF).
+
+Lean by construction: a sequence is run only up to its last read position, in chunks
+that carry the KV cache (activation memory is bounded by the chunk), and the LM head
+with its log-softmax is applied only at read positions (``logits_to_keep``), never to
+a ``[seq, vocab]`` matrix.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import LongctxError
+from .base import ReadResult
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_CHUNK = 2048
+# At most this many read positions per forward call: bounds the [reads, vocab] logits.
+MAX_READS_PER_CALL = 256
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise LongctxError(
+            "the transformers backend needs torch: pip install torch (the build that fits the machine), "
+            "then pip install 'pytest-longctx[hf]'"
+        ) from None
+    return torch
+
+
+def resolve_device(device: str) -> str:
+    torch = _torch()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise LongctxError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """``auto``: float32 on the CPU (exact), the checkpoint's dtype on an accelerator."""
+    torch = _torch()
+    if dtype not in DTYPES:
+        raise LongctxError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        return torch.float32 if device == "cpu" else "auto"
+    return getattr(torch, dtype)
+
+
+def _locate(model: str) -> tuple[str, dict[str, Any]]:
+    """(path or id for from_pretrained, extra kwargs): a folder, a .gguf file, or a hub id."""
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise LongctxError(f"--model {model}: no such GGUF file")
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        return str(path), {}
+    if path.exists():
+        raise LongctxError(f"--model {model}: expected a model folder, a .gguf file or a hub id")
+    return model, {}
+
+
+def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
+    """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error."""
+    _torch()
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise LongctxError("the transformers backend needs transformers: pip install 'pytest-longctx[hf]'") from None
+    where, extra = _locate(model)
+    device = resolve_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **extra)
+        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype, device), **extra)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
+        raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
+    return loaded.to(device).eval(), tokenizer
+
+
+class TransformersBackend:
+    """Scores a loaded ``transformers`` causal LM; see the module docstring."""
+
+    def __init__(self, model: Any, tokenizer: Any = None, chunk_size: int = DEFAULT_CHUNK, name: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        self.device = next(model.parameters()).device
+        forward = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK) -> TransformersBackend:
+        loaded, tokenizer = load_pretrained(model, dtype, device)
+        return cls(loaded, tokenizer, chunk_size=chunk_size, name=model)
+
+    # -------------------------------------------------------------- reading
+
+    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult:
+        torch = _torch()
+        if not len(positions):
+            return ReadResult([], [])
+        wanted = np.asarray(positions, dtype=np.int64)
+        if wanted.min() < 0 or wanted.max() >= len(ids):
+            raise LongctxError(f"read position outside the sequence of {len(ids)} tokens")
+        end = int(wanted.max()) + 1  # never run past the last read position
+        input_ids = torch.tensor(np.asarray(ids[:end], dtype=np.int64), device=self.device)[None]  # [1, end]
+        order = np.argsort(wanted, kind="stable")
+        top1: list[int] = [0] * len(wanted)
+        logprobs: list[list[float]] = [[] for _ in wanted]
+        cache = None
+        with torch.inference_mode():
+            for start, stop, picked in self._calls(wanted[order], end):
+                keep = torch.as_tensor(wanted[order[picked]] - start, device=self.device)  # [k]
+                out = self.model(
+                    input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep, **{self._cache_kwarg: cache}
+                )
+                cache = out.cache if hasattr(out, "cache") else out.past_key_values
+                logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
+                best = logp.argmax(dim=-1).tolist()
+                for row, index in enumerate(order[picked]):
+                    top1[index] = int(best[row])
+                    asked = torch.as_tensor(list(tokens[index]), dtype=torch.long, device=logp.device)
+                    logprobs[index] = logp[row, asked].tolist()
+        return ReadResult(top1, logprobs)
+
+    def _calls(self, sorted_positions: np.ndarray, end: int):
+        """(start, stop, slice of sorted positions) per forward call: chunks of at most
+        ``chunk_size`` tokens, cut early once ``MAX_READS_PER_CALL`` reads fall in one."""
+        start, first = 0, 0
+        while start < end:
+            stop = min(start + self.chunk_size, end)
+            last = int(np.searchsorted(sorted_positions, stop, side="left"))
+            if last - first > MAX_READS_PER_CALL:
+                last = first + MAX_READS_PER_CALL
+                stop = int(sorted_positions[last - 1]) + 1
+            yield start, stop, slice(first, last)
+            start, first = stop, last
+
+    # -------------------------------------------------------------- identity
+
+    def weights_fingerprint(self) -> str:
+        """A checksum of every parameter and buffer's exact bits, computed on the device."""
+        if self._fingerprint is None:
+            self._fingerprint = weights_fingerprint(self.model)
+        return self._fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        import torch
+        import transformers
+
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
+        return {
+            "model": str(self.name),
+            "weights": self.weights_fingerprint(),
+            "dtype": ",".join(dtypes),
+            "device": self.device.type,
+            "chunk_size": self.chunk_size,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        }
+
+
+def weights_fingerprint(model: Any) -> str:
+    """sha256 over (name, shape, dtype, checksum of the raw bits) of every tensor.
+
+    The checksum is an integer polynomial over the tensor's bits viewed as int32 words,
+    so any change of any bit changes it (up to hash collisions), it is the same on every
+    device, and it runs where the weights are (no copy of a large model to the host).
+    """
+    torch = _torch()
+    digest = hashlib.sha256()
+    state = model.state_dict()
+    with torch.inference_mode():
+        for name in sorted(state):
+            tensor = state[name].detach().contiguous()
+            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+            digest.update(_bits_checksum(tensor).to_bytes(8, "little", signed=True))
+    return digest.hexdigest()[:32]
+
+
+def _bits_checksum(tensor: Any, block: int = 1 << 22) -> int:
+    torch = _torch()
+    raw = tensor.reshape(-1).view(torch.uint8)
+    pad = (-raw.numel()) % 4
+    if pad:
+        raw = torch.cat([raw, raw.new_zeros(pad)])
+    words = raw.view(torch.int32)
+    total = torch.zeros((), dtype=torch.int64, device=words.device)
+    for offset in range(0, words.numel(), block):
+        part = words[offset : offset + block].to(torch.int64)
+        index = torch.arange(offset, offset + part.numel(), device=part.device, dtype=torch.int64)
+        total += (part * (index * 2654435761 + 97)).sum()  # int64 arithmetic wraps: exact everywhere
+    return int(total.item())
+

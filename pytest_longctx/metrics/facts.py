@@ -1,0 +1,38 @@
+"""facts (SPEC §1.3): a query is recalled when every answer token is the top-1 prediction."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..data.records import FactItem
+from .raw import Record, is_nonfinite, is_scored, mean, ratio
+
+
+def item_summary(records: Sequence[Record]) -> dict[str, Any]:
+    scored = [r for r in records if is_scored(r)]
+    recalled = sum(all(r["hits"]) for r in scored)
+    return {
+        "scored": len(scored),
+        "recalled": recalled,
+        "query_accuracy": ratio(recalled, len(scored)),
+        "mean_logprob": mean([lp for r in scored for lp in r["logprobs"]]),
+    }
+
+
+def set_metrics(items: Sequence[FactItem], records: dict[str, list[Record]]) -> dict[str, Any]:
+    every = [r for item in items for r in records[item.id]]
+    scored = [r for r in every if is_scored(r)]
+    hits = [h for r in scored for h in r["hits"]]
+    recalled = sum(all(r["hits"]) for r in scored)
+    return {
+        "items": len(items),
+        "targets": len(every),
+        "scored": len(scored),
+        "unaligned": sum("unaligned" in r for r in every),
+        "nonfinite": sum(is_nonfinite(r) for r in every),
+        "recalled": recalled,
+        "query_accuracy": ratio(recalled, len(scored)),
+        "answer_tokens": len(hits),
+        "token_accuracy": ratio(sum(hits), len(hits)),
+        "mean_logprob": mean([lp for r in scored for lp in r["logprobs"]]),
+        "per_item": {item.id: item_summary(records[item.id]) for item in items},
+    }

@@ -1,0 +1,63 @@
+"""Per-target raw scores: what the metrics are computed from and what a reference
+scores file keeps (SPEC §1.7).
+
+facts / tool_calls: ``{"hits": [bool, ...], "logprobs": [float, ...]}``, one entry per
+scored token; rules: ``{"score_without": float, "score_with": float}``; a target that
+could not be scored: ``{"unaligned": reason}``. A NaN or infinite log-probability is
+kept as ``None`` (JSON has no NaN): the target is counted as ``nonfinite``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..data.records import RuleItem
+from ..engine import ItemScores
+from ..tokens import ItemReads
+
+Record = dict[str, Any]
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def target_records(plan: ItemReads, scores: ItemScores) -> list[Record]:
+    records: list[Record] = []
+    for target, read_scores in zip(plan.targets, scores):
+        if read_scores is None:
+            records.append({"unaligned": target.unaligned})
+        elif isinstance(plan.item, RuleItem):
+            without, with_rule = read_scores
+            records.append({"score_without": _number(without.logprob), "score_with": _number(with_rule.logprob)})
+        else:
+            records.append({
+                "hits": [s.top1 == r.token for s, r in zip(read_scores, target.reads)],
+                "logprobs": [_number(s.logprob) for s in read_scores],
+            })
+    return records
+
+
+def values(record: Record) -> list[float | None]:
+    if "unaligned" in record:
+        return []
+    if "logprobs" in record:
+        return list(record["logprobs"])
+    return [record["score_without"], record["score_with"]]
+
+
+def is_scored(record: Record) -> bool:
+    """Scored and finite: a target that enters the metrics."""
+    return "unaligned" not in record and None not in values(record)
+
+
+def is_nonfinite(record: Record) -> bool:
+    return "unaligned" not in record and None in values(record)
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def ratio(part: int | float, whole: int | float) -> float | None:
+    return part / whole if whole else None

@@ -1,0 +1,57 @@
+"""Progress of long scoring runs on stderr: items done, tokens/s, ETA.
+
+On a terminal one line is rewritten in place; elsewhere (CI logs, pytest) a new line
+is written at most every ``interval`` seconds, so logs stay short.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Progress:
+    def __init__(self, total_items: int, total_tokens: int, label: str = "scoring", stream: TextIO | None = None,
+                 interval: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.total_items, self.total_tokens, self.label = total_items, total_tokens, label
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.interval = interval if interval is not None else (0.2 if self.live else 10.0)
+        self.clock = clock
+        self.started = clock()
+        self.last_shown = float("-inf")
+        self.items = self.tokens = 0
+
+    def line(self) -> str:
+        elapsed = max(self.clock() - self.started, 1e-9)
+        rate = self.tokens / elapsed
+        eta = (self.total_tokens - self.tokens) / rate if rate > 0 else float("nan")
+        eta_text = _clock(eta) if eta == eta else "?"
+        return (f"{self.label}: {self.items}/{self.total_items} items, {self.tokens:,}/{self.total_tokens:,} tokens, "
+                f"{rate:,.0f} tokens/s, elapsed {_clock(elapsed)}, ETA {eta_text}")
+
+    def advance(self, items: int = 0, tokens: int = 0) -> None:
+        self.items += items
+        self.tokens += tokens
+        now = self.clock()
+        if now - self.last_shown >= self.interval:
+            self.last_shown = now
+            self._show()
+
+    def close(self) -> None:
+        self._show()
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _show(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[2K" + self.line())
+        else:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
