@@ -123,7 +123,7 @@ def _pick_rules(rng: random.Random) -> list[tuple[Rule, str]]:
     return chosen
 
 
-def _mention_pattern(word: str) -> re.Pattern[str]:
+def mention_pattern(word: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w./-])" + re.escape(word) + r"(?![\w-])")
 
 
@@ -177,7 +177,7 @@ def _candidate(rule: Rule, placement: str, session: RuleSession, cut: CutSession
                 "original_text": original,
                 "distance_tokens": distance,
                 "first": occ.char == first_char,
-                "mentioned": bool(_mention_pattern(rule.expected).search(before)),
+                "mentioned": bool(mention_pattern(rule.expected).search(before)),
                 "qwen_pos_without_rule": pos_without,
                 "qwen_pos_with_rule": pos_with,
                 "qwen_expected_id": expected_id,
