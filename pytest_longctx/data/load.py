@@ -132,12 +132,13 @@ def read_split(config: str, files: list[Path], limit: int | None = None) -> list
     return items
 
 
-def resolve_source(data: str) -> Path:
-    """A local folder for ``builtin``, a path, or a hub id (downloaded when possible)."""
+def resolve_source(data: str, lengths: Sequence[str] | None = None) -> Path:
+    """A local folder for ``builtin`` (built on first use, only the lengths asked for), a
+    path, or a hub id (downloaded when possible)."""
     if data == "builtin":
         from ..bench.cache import builtin_dir
 
-        return builtin_dir()
+        return builtin_dir(lengths)
     path = Path(data).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -170,7 +171,7 @@ def load_dataset(
     limit: int | None = None,
 ) -> Dataset:
     """Read the selected configs and lengths; ``limit`` keeps the first N items of each."""
-    root = resolve_source(str(data))
+    root = resolve_source(str(data), lengths)
     wanted = list(sets) if sets else list(CONFIGS)
     unknown = [s for s in wanted if s not in CONFIGS]
     if unknown:
@@ -178,21 +179,19 @@ def load_dataset(
     if limit is not None and limit < 1:
         raise LongctxError(f"--limit {limit}: must be at least 1")
     dataset = Dataset(source=str(data))
+    available: set[str] = set()
     for config in wanted:
         splits = _split_files(root, config)
-        if not splits:
-            if sets:
-                raise LongctxError(f"{root}: no files for config {config} (expected {root}/{config}/<split>-*.parquet)")
-            continue
-        chosen = sorted_lengths(lengths) if lengths else sorted_lengths(list(splits))
-        for length in chosen:
-            if length not in splits:
-                continue
-            dataset.files[(config, length)] = ", ".join(str(p) for p in splits[length])
-            dataset.sets.setdefault(config, {})[length] = read_split(config, splits[length], limit)
-    if not dataset.sets:
-        raise LongctxError(f"{root}: no benchmark files found for {', '.join(wanted)}")
-    missing = [n for n in lengths or () if n not in dataset.lengths]
+        if not splits and sets:
+            raise LongctxError(f"{root}: no files for config {config} (expected {root}/{config}/<split>-*.parquet)")
+        available.update(splits)
+        for length in sorted_lengths(lengths) if lengths else sorted_lengths(list(splits)):
+            if length in splits:
+                dataset.files[(config, length)] = ", ".join(str(p) for p in splits[length])
+                dataset.sets.setdefault(config, {})[length] = read_split(config, splits[length], limit)
+    if not available:
+        raise LongctxError(f"{root}: no benchmark files found for {', '.join(wanted)} (expected <config>/<split>-*.parquet)")
+    missing = [n for n in lengths or () if n not in available]
     if missing:
-        raise LongctxError(f"--lengths: {root} has no split {', '.join(missing)} (has {', '.join(dataset.lengths)})")
+        raise LongctxError(f"--lengths: {root} has no split {', '.join(missing)} (has {', '.join(sorted_lengths(list(available)))})")
     return dataset

@@ -1,0 +1,78 @@
+"""``longctx score`` as a user runs it: a model folder, a data folder, the results JSON."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from pytest_longctx.backends.base import ReadResult
+from pytest_longctx.cli import main
+
+
+@pytest.fixture(scope="module")
+def model_dir(qwen_model, qwen_tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-model")
+    qwen_model.save_pretrained(folder)
+    qwen_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_score_writes_results_and_prints_the_rows(model_dir, data_dir, tmp_path, capsys):
+    out, scores = tmp_path / "r.json", tmp_path / "ref.json.gz"
+    code = main(["score", "--model", str(model_dir), "--data", str(data_dir), "--lengths", "2k",
+                 "--out", str(out), "--save_scores", str(scores)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    results = json.loads(out.read_text())
+    assert set(results) >= {"rows", "sets", "reference", "mode", "meta"}
+    assert results["mode"] == "ids" and results["reference"] is None
+    assert results["meta"]["weights"] and results["meta"]["data"] and results["meta"]["device"] == "cpu"
+    for name, value in results["rows"].items():
+        assert name in captured.out
+    assert "Facts recalled at 2k tokens" in captured.out
+    assert "items" in captured.err and "tokens/s" in captured.err and "ETA" in captured.err
+
+    mine = tmp_path / "mine.json"
+    assert main(["score", "--model", str(model_dir), "--data", str(data_dir), "--lengths", "2k", "--sets", "rules_en",
+                 "--reference_scores", str(scores), "--out", str(mine), "--quiet"]) == 0
+    against = json.loads(mine.read_text())
+    assert against["reference"] == str(scores)
+    assert against["rows"]["Rules kept far back, worst case (1.00 = as the original)"] == pytest.approx(1.0)
+
+
+def test_the_console_script_reports_errors_in_one_line(data_dir, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_longctx.cli", "score", "--model", "no-such-org/no-such-model",
+         "--data", str(data_dir), "--lengths", "2k"],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "", "HOME": str(tmp_path)},
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("longctx: error: --model no-such-org/no-such-model: cannot load it")
+
+
+class NaNBackend:
+    """A backend whose every log-probability is NaN, as a float16 overflow gives."""
+
+    tokenizer = None
+
+    def read(self, ids, positions, tokens):
+        return ReadResult([0] * len(positions), [[math.nan] * len(t) for t in tokens])
+
+
+def make_nan_backend(model, dtype, device):
+    return NaNBackend()
+
+
+def test_nan_log_probabilities_are_one_clear_error_and_nothing_is_lost(data_dir, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["score", "--model", "x", "--backend", f"{__name__}:make_nan_backend", "--data", str(data_dir),
+                 "--sets", "facts", "--lengths", "2k", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert "non-finite log-probabilities" in err[-1] and "facts/2k/f0" in err[-1] and "--dtype float32" in err[-1]
+    results = json.loads(out.read_text())
+    assert results["sets"]["facts"]["2k"]["nonfinite"] == 2 * 3 and results["sets"]["facts"]["2k"]["scored"] == 0
