@@ -51,8 +51,8 @@ def main(out: str) -> None:
             suffix = "" if len(licence_files) == 1 else f"-{Path(path).name}"
             target = root / "licenses" / f"{name}{suffix}.txt"
             target.write_text(Path(dist.locate_file(path)).read_text(encoding="utf-8"), encoding="utf-8")
-        urls = [u.split(",", 1)[-1].strip() for u in dist.metadata.get_all("Project-URL") or ()]
-        home = dist.metadata.get("Home-page") or (urls[0] if urls else "")
+        urls = dict(tuple(part.strip() for part in u.split(",", 1)) for u in dist.metadata.get_all("Project-URL") or ())
+        home = urls.get("Source") or urls.get("Source Code") or dist.metadata.get("Home-page") or next(iter(urls.values()), "")
         author = dist.metadata.get("Author") or dist.metadata.get("Author-email") or dist.metadata.get("Maintainer-email") or ""
         credits.append(f"| {name} | {dist.version} | {licence} | {author.strip()} | {home} |")
     with open(root / "files.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
