@@ -19,8 +19,6 @@ from .errors import LongctxError
 
 FORMAT = "pytest-longctx/scores"
 VERSION = 1
-# Meta keys whose difference changes what the numbers mean: a file that differs is refused.
-BINDING = ("tokenizer",)
 # Meta keys that may differ between a baseline and a run: reported once as a warning.
 ADVISORY = ("dtype", "device", "versions", "chunk_size", "backend")
 
@@ -109,17 +107,20 @@ def load_scores(path: str | os.PathLike, what: str = "reference scores") -> Scor
         raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {fix}") from None
 
 
-def check_fits(reference: ScoresFile, mode: str, meta: dict[str, Any], needed: dict[tuple[str, str, str], str],
-               what: str = "reference scores") -> list[str]:
-    """Refuse a reference that was scored on other data, another tokenizer or (for the rules
-    configs) another mode; return the advisory differences (versions, device, dtype)."""
+def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tuple[str, str, str], str],
+               what: str = "reference scores") -> None:
+    """Refuse a reference scored on other data, with another tokenizer or (for the rules
+    configs) in another mode: its numbers would not be comparable with this run's.
+
+    ``tokenizer`` is this run's tokenizer fingerprint; ``needed`` maps every
+    (config, length, item id) the reference must cover to the item's fingerprint.
+    """
     name = f"{what} {reference.path or ''}".strip()
-    for key in BINDING:
-        if reference.meta.get(key) != meta.get(key):
-            raise LongctxError(
-                f"{name}: made with another {key} ({reference.meta.get(key)} vs {meta.get(key)} now); "
-                "scores under different tokenizations are not comparable: recreate it with this tokenizer"
-            )
+    if reference.meta.get("tokenizer") != tokenizer:
+        raise LongctxError(
+            f"{name}: made with another tokenizer ({reference.meta.get('tokenizer')} vs {tokenizer} now); "
+            "scores under different tokenizations are not comparable: recreate it with this tokenizer"
+        )
     if reference.mode != mode and any(config in RULES_CONFIGS for config, _, _ in needed):
         raise LongctxError(
             f"{name}: scored in {reference.mode} mode, this run is in {mode} mode; the rules configs need the "
@@ -137,8 +138,9 @@ def check_fits(reference: ScoresFile, mode: str, meta: dict[str, Any], needed: d
                 f"{name}: {config}/{length}/{item_id} was scored on different data (item fingerprint "
                 f"{stored.fingerprint} vs {fingerprint} now); it is stale: recreate it on this data"
             )
-    return [
-        f"{key}: {reference.meta.get(key)} in the {what}, {meta.get(key)} now"
-        for key in ADVISORY
-        if reference.meta.get(key) != meta.get(key)
-    ]
+
+
+def advisory_differences(reference_meta: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """Differences that leave the numbers comparable but are worth a warning."""
+    return [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
+            for key in ADVISORY if reference_meta.get(key) != meta.get(key)]

@@ -26,6 +26,7 @@ class Progress:
         self.started = clock()
         self.last_shown = float("-inf")
         self.items = self.tokens = 0
+        self.shown: tuple[int, int] | None = None
 
     def line(self) -> str:
         elapsed = max(self.clock() - self.started, 1e-9)
@@ -44,12 +45,14 @@ class Progress:
             self._show()
 
     def close(self) -> None:
-        self._show()
+        if self.shown != (self.items, self.tokens):
+            self._show()
         if self.live:
             self.stream.write("\n")
             self.stream.flush()
 
     def _show(self) -> None:
+        self.shown = (self.items, self.tokens)
         if self.live:
             self.stream.write("\r\x1b[2K" + self.line())
         else:

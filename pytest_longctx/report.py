@@ -31,3 +31,71 @@ def write_json(path: str | os.PathLike, body: dict[str, Any]) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
     os.replace(partial, path)
+
+
+# ------------------------------------------------------------------ the gate's reports
+
+
+def verdict_word(verdict: Any) -> str:
+    if not verdict.applicable:
+        return "n/a"
+    return "PASS" if verdict.passed else "FAIL"
+
+
+def gate_table(evaluation: Any) -> str:
+    """row | baseline | model | delta | threshold | verdict, for every headline row."""
+    by_label = {v.label: v for v in evaluation.verdicts}
+    lines = []
+    for name, model in evaluation.rows.items():
+        verdict = by_label[name]
+        baseline = evaluation.baseline_rows.get(name)
+        delta = None if model is None or baseline is None else model - baseline
+        lines.append([name, number(baseline), number(model), "n/a" if delta is None else f"{delta:+.3f}",
+                      f">= {verdict.threshold:.3f}", verdict_word(verdict)])
+    return table(["row", "baseline", "model", "delta", "threshold", "verdict"], lines)
+
+
+def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
+    options = run.options
+    baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
+    scored = sum(1 for _ in run.scores.items())
+    lines = [f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored"]
+    if evaluation.rows:
+        lines.append(gate_table(evaluation))
+    failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows]
+    if failing:
+        lines.append("failing cells:")
+        lines.extend(f"  {v.key}: {v.message()}" for v in failing)
+    lines.extend(f"longctx: warning: the baseline differs in {w}" for w in run.warnings)
+    lines.extend(notes)
+    return lines
+
+
+def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
+    """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
+    properties = [("longctx.model", str(run.options.model)),
+                  ("longctx.baseline", str(run.baseline_path) if run.baseline_path else ""),
+                  ("longctx.mode", run.scores.mode)]
+    properties += [(f"longctx.threshold.{name}", value) for name, value in run.thresholds.describe().items()]
+    for verdict in evaluation.verdicts:
+        if verdict.label in evaluation.rows:
+            properties += [(f"longctx.row.{verdict.label}", number(verdict.model, 6)),
+                           (f"longctx.baseline_row.{verdict.label}", number(verdict.baseline, 6)),
+                           (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6)),
+                           (f"longctx.verdict.{verdict.label}", verdict_word(verdict))]
+    return properties
+
+
+def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
+    """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
+    return {
+        "rows": evaluation.rows,
+        "sets": evaluation.sets,
+        "reference": str(run.baseline_path) if run.baseline is not None else None,
+        "mode": run.scores.mode,
+        "meta": run.scores.meta,
+        "row_sources": evaluation.row_sources,
+        "baseline_rows": evaluation.baseline_rows,
+        "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
+                      "threshold": v.threshold, "verdict": verdict_word(v)} for v in evaluation.verdicts],
+    }

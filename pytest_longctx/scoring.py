@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from . import __version__, engine
 from .backends.base import describe
-from .baseline import ItemScores, ScoresFile, check_fits
+from .baseline import ItemScores, ScoresFile, advisory_differences, check_fits
 from .data.load import Dataset, load_dataset
 from .data.records import config_kind
 from .errors import LongctxError
@@ -65,6 +65,41 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
     return sets
 
 
+def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
+                progress: bool | Callable[[int, int], Progress] = True) -> ScoresFile:
+    """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
+    the run's ``meta``: backend, weights, tokenizer and data fingerprints."""
+    plans = plan_reads(dataset, mode, tokenizer)
+    fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
+    meta = {
+        **describe(backend),
+        "tokenizer": tokenizer_fingerprint(tokenizer, mode),
+        "mode": mode,
+        "data": data_fingerprint((c, n, i, f) for (c, n, i), f in fingerprints.items()),
+        "data_source": dataset.source,
+        "pytest_longctx": __version__,
+    }
+    tracker = None
+    if progress:
+        factory = progress if callable(progress) else Progress
+        tracker = factory(len(plans), sum(engine.forwarded_tokens(p) for p in plans))
+    item_scores = engine.run(backend, plans, tracker)
+    if tracker:
+        tracker.close()
+    scores = ScoresFile(mode=mode, meta=meta)
+    for plan, result in zip(plans, item_scores):
+        key = (plan.config, plan.length, plan.item.id)
+        scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
+            fingerprints[key], target_records(plan, result)
+        )
+    return scores
+
+
+def needed_fingerprints(dataset: Dataset, configs: Any = None) -> dict[tuple[str, str, str], str]:
+    """(config, length, item id) -> item fingerprint, for the items a reference must cover."""
+    return {(c, n, item.id): item_fingerprint(item) for c, n, item in dataset.items() if configs is None or c in configs}
+
+
 def score_sets(
     backend: Any,
     tokenizer: Any,
@@ -82,37 +117,14 @@ def score_sets(
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     mode = choose_mode(mode, tokenizer, dataset)
-    plans = plan_reads(dataset, mode, tokenizer)
-    fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
-    meta = {
-        **describe(backend),
-        "tokenizer": tokenizer_fingerprint(tokenizer, mode),
-        "mode": mode,
-        "data": data_fingerprint((c, n, i, f) for (c, n, i), f in fingerprints.items()),
-        "data_source": dataset.source,
-        "pytest_longctx": __version__,
-    }
-    warnings: list[str] = []
-    if reference is not None:
-        needed = {key: fp for key, fp in fingerprints.items() if config_kind(key[0]) == "rules"}
-        warnings = check_fits(reference, mode, meta, needed)
-
-    tracker = None
-    if progress:
-        factory = progress if callable(progress) else Progress
-        tracker = factory(len(plans), sum(engine.forwarded_tokens(p) for p in plans))
-    item_scores = engine.run(backend, plans, tracker)
-    if tracker:
-        tracker.close()
-
-    scores = ScoresFile(mode=mode, meta=meta)
-    for plan, result in zip(plans, item_scores):
-        scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
-            fingerprints[(plan.config, plan.length, plan.item.id)], target_records(plan, result)
-        )
+    if reference is not None:  # refused before the forward passes, not after
+        rules_configs = [c for c in dataset.sets if config_kind(c) == "rules"]
+        check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
+    scores = score_items(backend, tokenizer, dataset, mode, progress)
+    warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
     sets = compute_sets(dataset, scores, reference)
     rows, row_sources = headline_rows(sets)
-    return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=meta, scores=scores,
+    return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
                    reference=reference.path if reference is not None else None, warnings=warnings)
 
 

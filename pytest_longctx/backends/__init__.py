@@ -16,9 +16,10 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     is its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode).
     """
     if backend == "hf":
+        from ..models import resolve_model
         from .hf import TransformersBackend
 
-        loaded = TransformersBackend.load(model, dtype=dtype, device=device)
+        loaded = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model)
         return loaded, loaded.tokenizer
     module_name, _, attribute = backend.partition(":")
     if not module_name or not attribute:

@@ -100,9 +100,10 @@ class TransformersBackend:
         self._fingerprint: str | None = None
 
     @classmethod
-    def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK) -> TransformersBackend:
+    def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK,
+             name: str | None = None) -> TransformersBackend:
         loaded, tokenizer = load_pretrained(model, dtype, device)
-        return cls(loaded, tokenizer, chunk_size=chunk_size, name=model)
+        return cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
 
     # -------------------------------------------------------------- reading
 
@@ -166,7 +167,7 @@ class TransformersBackend:
             "dtype": ",".join(dtypes),
             "device": self.device.type,
             "chunk_size": self.chunk_size,
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__)},
         }
 
 

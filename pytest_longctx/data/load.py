@@ -42,6 +42,14 @@ class Dataset:
                 for item in items:
                     yield config, length, item
 
+    def select(self, keys: set[tuple[str, str, str]]) -> Dataset:
+        """The items whose (config, length, id) is in ``keys``, in the same order."""
+        chosen = Dataset(source=self.source, files=self.files)
+        for config, length, item in self.items():
+            if (config, length, item.id) in keys:
+                chosen.sets.setdefault(config, {}).setdefault(length, []).append(item)
+        return chosen
+
     @property
     def lengths(self) -> list[str]:
         return sorted_lengths([length for by_length in self.sets.values() for length in by_length])

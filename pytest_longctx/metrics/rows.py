@@ -1,12 +1,16 @@
 """The headline rows (SPEC §1.6), named exactly as the benchmark's score.py names them."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ..data.load import length_tokens, sorted_lengths
 from ..data.records import FAMILIES, PLACEMENTS
 
-KEPT_EN = "Rules kept far back, worst case (1.00 = as the original)"
+KEPT = {
+    "rules_en": "Rules kept far back, worst case (1.00 = as the original)",
+    "rules_cs": "Czech rules kept far back, worst case",
+    "rules_de": "German rules kept far back, worst case",
+}
 LANGUAGE = {"rules_cs": "Czech", "rules_de": "German"}
 
 
@@ -14,7 +18,28 @@ def _at(length: str) -> str:
     return f"at {length} tokens"
 
 
-def _worst_retained(by_length: dict[str, dict[str, Any]]) -> tuple[float | None, dict[str, Any]]:
+def row_specs(selection: Mapping[str, Sequence[str]]) -> list[tuple[str, dict[str, Any]]]:
+    """(row name, where it comes from) for a selection config -> lengths, in the
+    benchmark's order; a worst-case row's source gains its cell once values are known."""
+    specs: list[tuple[str, dict[str, Any]]] = []
+    for config, label, metric in (("facts", "Facts recalled", "query_accuracy"), ("tool_calls", "Distant tool calls", "far_accuracy")):
+        for length in sorted_lengths(list(selection.get(config, ()))):
+            specs.append((f"{label} {_at(length)}", {"config": config, "length": length, "metric": metric}))
+    for length in sorted_lengths(list(selection.get("rules_en", ()))):
+        specs.append((f"Rules followed {_at(length)}",
+                      {"config": "rules_en", "length": length, "placement": "system", "family": "all", "metric": "follow"}))
+    for config, name in KEPT.items():
+        if selection.get(config):
+            specs.append((name, {"config": config, "metric": "retained", "worst_of": "length x placement x family"}))
+    for config, language in LANGUAGE.items():
+        if selection.get(config):
+            longest = max(selection[config], key=length_tokens)
+            specs.append((f"Rules in {language} followed {_at(longest)}",
+                          {"config": config, "length": longest, "placement": "system", "family": "all", "metric": "follow"}))
+    return specs
+
+
+def _worst_retained(by_length: Mapping[str, dict[str, Any]]) -> tuple[float | None, dict[str, Any]]:
     """Lowest retained over length x placement x family cells with a counted target."""
     worst: tuple[float | None, dict[str, Any]] = (None, {})
     for length in sorted_lengths(list(by_length)):
@@ -27,30 +52,17 @@ def _worst_retained(by_length: dict[str, dict[str, Any]]) -> tuple[float | None,
     return worst
 
 
-def headline_rows(sets: dict[str, dict[str, dict[str, Any]]]) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
-    """(row name -> value, row name -> where it comes from), in the benchmark's order."""
+def headline_rows(sets: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
+    """(row name -> value, row name -> where it comes from) of computed sets."""
     rows: dict[str, float | None] = {}
     where: dict[str, dict[str, Any]] = {}
-
-    def add(name: str, value: float | None, **source: Any) -> None:
-        rows[name] = value
+    for name, source in row_specs({config: list(by_length) for config, by_length in sets.items()}):
+        by_length = sets[source["config"]]
+        if "worst_of" in source:
+            rows[name], cell = _worst_retained(by_length)
+            where[name] = {**source, **cell}
+            continue
+        metrics = by_length[source["length"]]
+        rows[name] = metrics["cells"][source["placement"]][source["family"]][source["metric"]] if "placement" in source else metrics[source["metric"]]
         where[name] = source
-
-    for config, label, metric in (("facts", "Facts recalled", "query_accuracy"), ("tool_calls", "Distant tool calls", "far_accuracy")):
-        for length in sorted_lengths(list(sets.get(config, {}))):
-            add(f"{label} {_at(length)}", sets[config][length][metric], config=config, length=length, metric=metric)
-    for length in sorted_lengths(list(sets.get("rules_en", {}))):
-        value = sets["rules_en"][length]["cells"]["system"]["all"]["follow"]
-        add(f"Rules followed {_at(length)}", value, config="rules_en", length=length, placement="system", family="all", metric="follow")
-    for config, name in (("rules_en", KEPT_EN), ("rules_cs", "Czech rules kept far back, worst case"),
-                         ("rules_de", "German rules kept far back, worst case")):
-        if config in sets:
-            value, cell = _worst_retained(sets[config])
-            add(name, value, config=config, metric="retained", worst_of="length x placement x family", **cell)
-    for config, language in LANGUAGE.items():
-        if config in sets:
-            longest = max(sets[config], key=length_tokens)
-            value = sets[config][longest]["cells"]["system"]["all"]["follow"]
-            add(f"Rules in {language} followed {_at(longest)}", value, config=config, length=longest,
-                placement="system", family="all", metric="follow")
     return rows, where

@@ -82,5 +82,8 @@ def set_metrics(items: Sequence[RuleItem], records: dict[str, list[Record]],
         "reference_unaligned": sum("unaligned" in r for r in ref_every) if reference is not None else 0,
         "nonfinite": sum(is_nonfinite(r) for r in every),
         "cells": cells,
-        "per_item": {item.id: cell([e for e in found if e.item is item]) for item in items},
+        "per_item": {
+            item.id: {**cell([e for e in found if e.item is item]), "placement": item.placement, "family": item.family}
+            for item in items
+        },
     }

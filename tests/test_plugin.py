@@ -1,0 +1,157 @@
+"""The gate as users meet it, through pytester: pytest --longctx-model X."""
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import perturbed
+
+ROW = "Facts recalled at 2k tokens"
+
+
+@pytest.fixture(scope="module")
+def models(qwen_model, qwen_tokenizer, tmp_path_factory):
+    """The reference model and a degraded copy (noise on every weight), saved as folders."""
+    folders = {}
+    for name, model in (("reference", qwen_model), ("degraded", perturbed(qwen_model, 0.6, seed=3))):
+        folder = tmp_path_factory.mktemp(name)
+        model.save_pretrained(folder)
+        qwen_tokenizer.save_pretrained(folder)
+        folders[name] = str(folder)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def baseline(models, data_dir, tmp_path_factory):
+    """The reference's baseline, made once the way the README says."""
+    import subprocess
+
+    path = tmp_path_factory.mktemp("baselines") / "reference.json.gz"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--longctx-model", models["reference"],
+         "--longctx-data", str(data_dir), "--longctx-lengths", "2k", "--longctx-baseline", str(path),
+         "--longctx-update-baseline"],
+        capture_output=True, text=True, cwd=tmp_path_factory.mktemp("update"),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"wrote baseline {path}" in result.stdout
+    return path
+
+
+def gate(pytester, models, data_dir, baseline, model="reference", *args):
+    # option=value in one token: pytest takes a separate path-like value for a rootdir candidate
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", f"--longctx-model={models[model]}", f"--longctx-data={data_dir}",
+        "--longctx-lengths=2k", f"--longctx-baseline={baseline}", *args,
+    )
+
+
+def test_inert_without_the_option(pytester):
+    pytester.makepyfile(test_one="""
+        import sys
+        def test_nothing_heavy_imported():
+            assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "longctx gate" not in result.stdout.str() and "longctx::" not in result.stdout.str()
+
+
+def test_the_reference_passes_its_own_baseline(pytester, models, data_dir, baseline):
+    junit = pytester.path / "junit.xml"
+    result = gate(pytester, models, data_dir, baseline, "reference", f"--junitxml={junit}")
+    outcomes = result.parseoutcomes()
+    assert result.ret == 0 and outcomes.get("failed", 0) == 0 and outcomes["passed"] > 40
+    text = result.stdout.str()
+    assert "longctx gate:" in text and ROW in text and "FAIL" not in text
+    suite = ET.parse(junit).getroot().find("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["longctx.model"] == models["reference"]
+    assert properties[f"longctx.verdict.{ROW}"] == "PASS"
+    assert properties[f"longctx.row.{ROW}"] == properties[f"longctx.baseline_row.{ROW}"]
+    item_cases = [c for c in suite.iter("testcase") if "test_item[facts-2k-" in c.get("name")]
+    assert item_cases and all(c.find("properties") is not None for c in item_cases)
+
+
+def test_a_degraded_model_fails_with_a_precise_message(pytester, models, data_dir, baseline):
+    result = gate(pytester, models, data_dir, baseline, "degraded")
+    assert result.ret == 1
+    text = result.stdout.str()
+    assert "FAIL" in text
+    failed_rows = [line for line in text.splitlines() if line.startswith("FAILED") and "longctx::test_row[" in line]
+    assert failed_rows, text[-3000:]
+    # the message names the row, the model's and the baseline's values, and the threshold
+    assert "needs >= " in text and "(baseline " in text
+
+
+def test_selection_with_k_scores_only_what_is_needed(pytester, models, data_dir, baseline):
+    result = gate(pytester, models, data_dir, baseline, "reference", "-k", "facts-2k-f0")
+    result.assert_outcomes(passed=1)
+    assert "1 items scored" in result.stdout.str()
+
+
+def test_missing_baseline_says_how_to_make_it(pytester, models, data_dir, tmp_path):
+    result = gate(pytester, models, data_dir, tmp_path / "nope.json.gz", "reference")
+    result.assert_outcomes(failed=1)
+    assert "--longctx-update-baseline" in result.stdout.str() and "does not exist" in result.stdout.str()
+
+
+def test_invalid_option_values_name_the_option_and_source(pytester, models, data_dir, baseline):
+    result = gate(pytester, models, data_dir, baseline, "reference", "--longctx-limit=many")
+    assert result.ret == 4
+    assert "--longctx-limit 'many' (on the command line): expected a whole number" in result.stderr.str()
+    pytester.makeini("[pytest]\nlongctx_min_retained = lots\n")
+    result = gate(pytester, models, data_dir, baseline, "reference")
+    assert result.ret == 4
+    assert "--longctx-min-retained 'lots' (from ini option longctx_min_retained in" in result.stderr.str()
+
+
+def test_a_baseline_from_other_data_is_refused(pytester, models, data_dir, baseline, tmp_path, rows):
+    from itemkit import write_split
+
+    import copy
+
+    changed = {key: copy.deepcopy(split) for key, split in rows.items() if key[1] == "2k"}
+    changed[("facts", "2k")][0]["targets"][0]["distance_tokens"] += 1  # any field of an item counts
+    for (config, split), split_rows in changed.items():
+        write_split(tmp_path, config, split, split_rows)
+    result = gate(pytester, models, tmp_path, baseline, "reference", "-k", "facts")
+    assert result.ret == 1
+    assert "was scored on different data" in result.stdout.str()
+
+
+def _junit(path):
+    suite = ET.parse(path).getroot().find("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    outcomes = {}
+    for case in suite.iter("testcase"):
+        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
+        outcomes[case.get("name")] = outcome
+    return properties, outcomes
+
+
+def _summary(text):
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("longctx gate:"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("====") or lines[i].startswith("FAILED"))
+    return lines[start + 1:end]
+
+
+def test_xdist_gives_the_same_verdicts_junit_and_summary(pytester, models, data_dir, baseline):
+    pytest.importorskip("xdist")
+    runs = {}
+    for workers in ("0", "2"):
+        junit = pytester.path / f"junit-{workers}.xml"
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={models['degraded']}",
+            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}",
+        )
+        assert result.ret == 1
+        runs[workers] = (_junit(junit), _summary(result.stdout.str()))
+    (properties0, outcomes0), summary0 = runs["0"]
+    (properties2, outcomes2), summary2 = runs["2"]
+    assert outcomes0 == outcomes2 and "failed" in outcomes0.values()
+    assert properties0 == properties2 and properties0[f"longctx.verdict.{ROW}"] == "FAIL"
+    assert summary0 == summary2 and any("FAIL" in line for line in summary0)
