@@ -155,3 +155,19 @@ def test_xdist_gives_the_same_verdicts_junit_and_summary(pytester, models, data_
     assert outcomes0 == outcomes2 and "failed" in outcomes0.values()
     assert properties0 == properties2 and properties0[f"longctx.verdict.{ROW}"] == "FAIL"
     assert summary0 == summary2 and any("FAIL" in line for line in summary0)
+
+
+def test_the_conftest_example_hands_in_a_loaded_model(pytester, models, data_dir, baseline):
+    import json
+    from pathlib import Path
+
+    example = Path(__file__).parent.parent / "conftest_example.py"
+    pytester.makeconftest(example.read_text())
+    pytester.makepyfile(test_custom="from conftest import test_distant_tool_calls_stay_above_half\n")
+    out = pytester.path / "results.json"
+    result = gate(pytester, models, data_dir, baseline, "reference", "-k", "tool_calls or custom", "-rA",
+                  f"--longctx-out={out}")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()[-2000:]
+    assert "PASSED test_custom.py::test_distant_tool_calls_stay_above_half" in result.stdout.str()
+    assert json.loads(out.read_text())["meta"]["model"].endswith("(int8 weights)")
