@@ -115,3 +115,11 @@ def test_a_missing_column_is_one_schema_problem(clean: Path, tmp_path: Path) -> 
     pq.write_table(pq.read_table(path).drop_columns(["targets"]), path)
     problems = _problems(root)
     assert len(problems) == 1 and "targets" in problems[0]
+
+
+def test_build_refuses_bad_arguments_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--out", str(tmp_path), "--lengths", "1k"]) == 2
+    assert main(["build", "--out", str(tmp_path), "--sets", "facts,nope"]) == 2
+    assert main(["validate", str(tmp_path / "missing")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and all(line.startswith("longctx: error: ") for line in errors)

@@ -11,6 +11,8 @@ from ..errors import LongctxError
 from .build import DEFAULT_SEED, build
 from .plan import DEFAULT_LENGTHS
 
+MIN_TOKENS = 2048
+
 
 def _names(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
@@ -19,8 +21,8 @@ def _names(value: str) -> list[str]:
 def _build(args: argparse.Namespace) -> int:
     lengths = _names(args.lengths)
     for length in lengths:
-        if length_tokens(length) < 1024:
-            raise LongctxError(f"--lengths {length}: the builder needs at least 1k tokens (512 between a rule and its targets)")
+        if length_tokens(length) < MIN_TOKENS:
+            raise LongctxError(f"--lengths {length}: the builder needs at least 2k tokens (a rule and its targets lie 512+ tokens apart)")
     sets = _names(args.sets) if args.sets else list(CONFIGS)
     if args.limit is not None and args.limit < 1:
         raise LongctxError(f"--limit {args.limit}: must be at least 1")

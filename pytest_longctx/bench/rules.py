@@ -14,7 +14,7 @@ from ..data.records import FAMILIES, FAR_TOKENS, PLACEMENTS
 from ..errors import LongctxError
 from .chat import CALL_FORMAT, Doc, add_call, close_turn, open_turn, tool_json
 from .fit import CutError, Encoding, SegmentEncoder
-from .plan import RULE_SLOTS, Plan
+from .plan import Plan
 from .rule_texts import LANGS, RULES, Rule
 from .session import CutSession, estimated_tokens, grow_and_cut, token_span
 from .shell import ACTIONS
@@ -212,8 +212,6 @@ def build_rules(plan: Plan, seed: int, encoder: SegmentEncoder, langs: tuple[str
     """``rules_<lang>`` -> rows, for the requested languages."""
     rows: dict[str, list[dict]] = {f"rules_{lang}": [] for lang in langs}
     for index, want in enumerate(plan.rule_items):
-        if want > RULE_SLOTS:
-            raise LongctxError(f"builder: {want} rules items for one session; a session has {RULE_SLOTS}")
         session, cut, candidates = _session(plan, seed, index, encoder, want)
         context_id = f"rules-{plan.length}-s{index:02d}"
         for candidate in candidates:
