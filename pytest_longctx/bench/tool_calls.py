@@ -17,6 +17,7 @@ from .text import CodeFile, projects
 from .workspace import Observation, Workspace
 
 ATTEMPTS = 8
+SHELL_WEIGHT = 3  # agents use the shell more than any other tool
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class ToolSession:
         return command.usage.format(file=file.path, name=self.ws.pick_name(), version=self.ws.version, test=self.ws.test_path(file))
 
     def turn(self) -> None:
-        role = self.rng.choice(list(self.tools))
+        roles = list(self.tools)
+        role = self.rng.choices(roles, [SHELL_WEIGHT if r == "shell" else 1 for r in roles])[0]
         thought, args, observation, command = self._step(role)
         doc = self.doc
         open_turn(doc, "assistant")
