@@ -41,6 +41,7 @@ OPTIONS = (
     Option("dtype", "auto (float32 on CPU), float32, bfloat16, float16", "auto"),
     Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", "auto"),
     Option("backend", "'hf' (transformers) or module:factory", "hf"),
+    Option("cache-dir", "where answers of past forward passes are kept (default: the user cache; 'off' to disable)"),
     Option("max-drop", "facts and distant tool calls: largest allowed accuracy drop below the baseline", 0.05, kind="float"),
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
     Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", 0.90, kind="float"),
@@ -78,6 +79,7 @@ class GateOptions:
     dtype: str
     device: str
     backend: str
+    cache_dir: str | None
     thresholds: Thresholds
 
     def data_args(self) -> list[str]:
@@ -147,7 +149,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         lengths=values["longctx_lengths"], limit=values["longctx_limit"], mode=values["longctx_mode"],
         baseline=values["longctx_baseline"], update_baseline=bool(values["longctx_update_baseline"]),
         out=values["longctx_out"], dtype=values["longctx_dtype"], device=values["longctx_device"],
-        backend=values["longctx_backend"],
+        backend=values["longctx_backend"], cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
                               overrides=tuple(overrides)),

@@ -23,6 +23,7 @@ from .gate import (
     Verdict, cell_key, cell_metrics, cell_verdicts, cells, item_drop, item_key, row_key, row_verdict,
 )
 from .metrics.rows import headline_rows, row_specs
+from .score_cache import ScoreCache
 from .scoring import compute_sets, score_items
 from .tokens import choose_mode
 from .options import GateOptions
@@ -86,6 +87,7 @@ class GateRun:
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
+        self.cache: Any = None
         self.warnings: list[str] = []
 
     # -------------------------------------------------------------- cases
@@ -159,7 +161,10 @@ class GateRun:
             if self.baseline is not None:
                 check_fits(self.baseline, self.scores.mode, tokenizer_fingerprint(tokenizer, self.scores.mode),
                            self.fingerprints, what="baseline")
-        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress)
+        if self.cache is None:
+            self.cache = ScoreCache.for_backend(backend, self.options.cache_dir) or False
+        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress,
+                           cache=self.cache or None)
         if not self.scores.meta:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:

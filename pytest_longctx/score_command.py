@@ -8,6 +8,7 @@ from .backends import load_backend
 from .baseline import load_scores
 from .data.load import load_dataset
 from .report import rows_table, write_json
+from .score_cache import ScoreCache
 from .scoring import require_finite, score_sets
 
 
@@ -31,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--backend", default="hf", help="'hf' (transformers) or module:factory")
+    p.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
+                   "(default: the user cache; 'off' to disable)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
 
@@ -39,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device)
-    results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet)
+    cache = ScoreCache.for_backend(backend, args.cache_dir)
+    results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
+                         cache=cache)
     for warning in results.warnings:
         print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
     print(rows_table(results.rows))

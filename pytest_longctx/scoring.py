@@ -66,7 +66,8 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
 
 
 def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
-                progress: bool | Callable[[int, int], Progress] = True) -> ScoresFile:
+                progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
+                cache: Any = None) -> ScoresFile:
     """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
     the run's ``meta``: backend, weights, tokenizer and data fingerprints."""
     plans = plan_reads(dataset, mode, tokenizer)
@@ -79,13 +80,8 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
         "data_source": dataset.source,
         "pytest_longctx": __version__,
     }
-    tracker = None
-    if progress:
-        factory = progress if callable(progress) else Progress
-        tracker = factory(len(plans), sum(engine.forwarded_tokens(p) for p in plans))
-    item_scores = engine.run(backend, plans, tracker)
-    if tracker:
-        tracker.close()
+    factory = (progress if callable(progress) else Progress) if progress else None
+    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache)
     scores = ScoresFile(mode=mode, meta=meta)
     for plan, result in zip(plans, item_scores):
         key = (plan.config, plan.length, plan.item.id)
@@ -108,19 +104,21 @@ def score_sets(
     mode: str = "auto",
     reference: ScoresFile | None = None,
     progress: bool | Callable[[int, int], Progress] = True,
+    cache: Any = None,
 ) -> Results:
     """Score ``backend`` (anything with ``read(ids, positions, tokens)``) on ``data``.
 
     ``tokenizer`` is the model's Hugging Face tokenizer (``None``: ids mode only).
     ``reference`` is the scores file of the model a candidate was derived from: the
     rules configs measure effects relative to it (without one, the model is its own).
+    ``cache`` (a ``ScoreCache``) answers forward passes already run with these weights.
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     mode = choose_mode(mode, tokenizer, dataset)
     if reference is not None:  # refused before the forward passes, not after
         rules_configs = [c for c in dataset.sets if config_kind(c) == "rules"]
         check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
-    scores = score_items(backend, tokenizer, dataset, mode, progress)
+    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache)
     warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
     sets = compute_sets(dataset, scores, reference)
     rows, row_sources = headline_rows(sets)

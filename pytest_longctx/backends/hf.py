@@ -7,6 +7,7 @@ a ``[seq, vocab]`` matrix.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 from pathlib import Path
@@ -96,7 +97,7 @@ class TransformersBackend:
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.device = next(model.parameters()).device
         forward = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
+        self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._fingerprint: str | None = None
 
     @classmethod
@@ -108,34 +109,17 @@ class TransformersBackend:
     # -------------------------------------------------------------- reading
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult:
-        torch = _torch()
         if not len(positions):
             return ReadResult([], [])
-        wanted = np.asarray(positions, dtype=np.int64)
-        if wanted.min() < 0 or wanted.max() >= len(ids):
-            raise LongctxError(f"read position outside the sequence of {len(ids)} tokens")
-        end = int(wanted.max()) + 1  # never run past the last read position
-        input_ids = torch.tensor(np.asarray(ids[:end], dtype=np.int64), device=self.device)[None]  # [1, end]
-        order = np.argsort(wanted, kind="stable")
-        top1: list[int] = [0] * len(wanted)
-        logprobs: list[list[float]] = [[] for _ in wanted]
-        cache = None
-        with torch.inference_mode():
-            for start, stop, picked in self._calls(wanted[order], end):
-                keep = torch.as_tensor(wanted[order[picked]] - start, device=self.device)  # [k]
-                out = self.model(
-                    input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep, **{self._cache_kwarg: cache}
-                )
-                cache = out.cache if hasattr(out, "cache") else out.past_key_values
-                logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
-                best = logp.argmax(dim=-1).tolist()
-                for row, index in enumerate(order[picked]):
-                    top1[index] = int(best[row])
-                    asked = torch.as_tensor(list(tokens[index]), dtype=torch.long, device=logp.device)
-                    logprobs[index] = logp[row, asked].tolist()
-        return ReadResult(top1, logprobs)
+        end = int(max(positions)) + 1  # never run past the last read position
+        return self.session().advance(np.asarray(ids[:end], dtype=np.int64), positions, tokens)
 
-    def _calls(self, sorted_positions: np.ndarray, end: int):
+    def session(self) -> Session:
+        """A sequence read piece by piece, whose state can be saved and rewound: the engine
+        runs shared prefixes once through it."""
+        return Session(self)
+
+    def forward_calls(self, sorted_positions: np.ndarray, end: int):
         """(start, stop, slice of sorted positions) per forward call: chunks of at most
         ``chunk_size`` tokens, cut early once ``MAX_READS_PER_CALL`` reads fall in one."""
         start, first = 0, 0
@@ -169,6 +153,67 @@ class TransformersBackend:
             "chunk_size": self.chunk_size,
             "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__)},
         }
+
+
+class Session:
+    """The model's state after the tokens read so far (its KV cache)."""
+
+    def __init__(self, backend: TransformersBackend):
+        self.backend = backend
+        self.cache: Any = None
+        self.length = 0
+
+    def advance(self, ids: np.ndarray, positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult:
+        """Run ``ids`` after what was read so far; ``positions`` index into ``ids``."""
+        torch = _torch()
+        backend = self.backend
+        wanted = np.asarray(positions, dtype=np.int64)
+        if len(wanted) and (wanted.min() < 0 or wanted.max() >= len(ids)):
+            raise LongctxError(f"read position outside the {len(ids)} tokens given")
+        input_ids = torch.tensor(np.asarray(ids, dtype=np.int64), device=backend.device)[None]  # [1, n]
+        order = np.argsort(wanted, kind="stable")
+        top1: list[int] = [0] * len(wanted)
+        logprobs: list[list[float]] = [[] for _ in wanted]
+        with torch.inference_mode():
+            for start, stop, picked in backend.forward_calls(wanted[order], len(ids)):
+                keep = torch.as_tensor(wanted[order[picked]] - start, device=backend.device)  # [k]
+                out = backend.model(input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep,
+                                    **{backend.cache_kwarg: self.cache})
+                self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+                logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
+                best = logp.argmax(dim=-1).tolist()
+                for row, index in enumerate(order[picked]):
+                    top1[index] = int(best[row])
+                    asked = torch.as_tensor(list(tokens[index]), dtype=torch.long, device=logp.device)
+                    logprobs[index] = logp[row, asked].tolist()
+        self.length += len(ids)
+        return ReadResult(top1, logprobs)
+
+    def snapshot(self) -> tuple[int, Any]:
+        """The state here. Plain KV caches are rewound by cutting them back to this length;
+        any other (recurrent states of linear attention, sliding windows) is copied."""
+        if self.cache is None or _plain_kv(self.cache):
+            return self.length, None
+        return self.length, copy.deepcopy(self.cache)
+
+    def restore(self, snapshot: tuple[int, Any], last: bool = False) -> None:
+        """Back to a snapshot; ``last`` hands over a copied state instead of copying it again."""
+        length, saved = snapshot
+        if saved is not None:
+            self.cache = saved if last else copy.deepcopy(saved)
+        elif length == 0:
+            self.cache = None
+        else:
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[..., :length, :]  # [batch, heads, length, head_dim]
+                layer.values = layer.values[..., :length, :]
+        self.length = length
+
+
+def _plain_kv(cache: Any) -> bool:
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
 
 
 def weights_fingerprint(model: Any) -> str:

@@ -1,0 +1,103 @@
+"""The engine's plan: each distinct prefix forwarded once, the same numbers as without it,
+and a score cache that is never stale."""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from conftest import perturbed
+from pytest_longctx import engine, prefix_tree
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.score_cache import ScoreCache
+from pytest_longctx.tokens import plan_reads
+
+
+def test_the_prefix_tree_holds_each_distinct_prefix_once():
+    rng = random.Random(0)
+    trunk = [rng.randrange(50) for _ in range(40)]
+    sequences = []
+    for _ in range(30):
+        cut = rng.randrange(1, 40)
+        sequences.append(trunk[:cut] + [rng.randrange(50) for _ in range(rng.randrange(1, 20))])
+    sequences = [np.array(s) for s in {tuple(s) for s in sequences}]
+    root, paths = prefix_tree.build(sequences)
+    distinct_prefixes = {tuple(s[:n]) for s in sequences for n in range(1, len(s) + 1)}
+    assert prefix_tree.total_tokens(root) == len(distinct_prefixes)
+    for ids, path in zip(sequences, paths):
+        assert path[0].start == 0 and path[-1].end == len(ids)
+        rebuilt = np.concatenate([node.ids[node.start:node.end] for node in path])
+        assert np.array_equal(rebuilt, ids)
+        assert all(a.end == b.start for a, b in zip(path, path[1:]))
+
+
+def tiny_qwen3_5(vocab_size: int, seed: int = 0):
+    """A randomly initialised hybrid model: linear-attention layers carry a recurrent state."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.models.qwen3_5 import Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+        linear_num_value_heads=4, initializer_range=0.2,
+    )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def flat(scores):
+    return [(s.top1, s.logprob) for item in scores for target in item if target for s in target]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_5"])
+def test_the_plan_gives_the_scores_of_running_each_sequence_whole(family, qwen_model, qwen_tokenizer, data_dir):
+    model = qwen_model if family == "qwen3" else tiny_qwen3_5(len(qwen_tokenizer))
+    backend = TransformersBackend(model, qwen_tokenizer, chunk_size=64)
+    plans = plan_reads(load_dataset(data_dir, lengths=["2k"]), "ids")
+    planned = flat(engine.run(backend, plans, reuse_prefixes=True))
+    whole = flat(engine.run(backend, plans, reuse_prefixes=False))
+    assert len(planned) == len(whole) > 100
+    assert [t for t, _ in planned] == [t for t, _ in whole]  # identical top-1
+    assert max(abs(a - b) for (_, a), (_, b) in zip(planned, whole)) < 1e-4
+
+
+def test_forwarded_tokens_are_the_distinct_prefix_tokens(data_dir):
+    plans = plan_reads(load_dataset(data_dir), "ids")
+    requests, _ = engine.collect(plans)
+    planned = engine.forwarded_tokens(plans)
+    distinct = {r.ids[:n].tobytes() for r in requests for n in range(1, len(r.ids) + 1)}
+    assert planned == len(distinct)
+    naive = sum(len(s) for p in plans for s in p.sequences)
+    assert naive > 3 * planned  # the rules items repeat their sessions
+
+
+class CountingBackend(TransformersBackend):
+    sessions = 0
+
+    def session(self):
+        CountingBackend.sessions += 1
+        return super().session()
+
+
+def test_the_score_cache_answers_repeats_and_never_serves_a_changed_checkpoint(qwen_model, qwen_tokenizer, data_dir, tmp_path):
+    plans = plan_reads(load_dataset(data_dir, sets=["facts", "rules_en"], lengths=["2k"]), "ids")
+    backend = CountingBackend(qwen_model, qwen_tokenizer, name="my-org/model")
+    cache = ScoreCache.for_backend(backend, tmp_path)
+    first = flat(engine.run(backend, plans, cache=cache))
+    assert CountingBackend.sessions == 1 and cache.misses > 0 and cache.hits == 0
+
+    again_cache = ScoreCache.for_backend(backend, tmp_path)
+    again = flat(engine.run(backend, plans, cache=again_cache))
+    assert again == first and again_cache.hits == cache.misses and again_cache.misses == 0
+    assert CountingBackend.sessions == 1  # nothing ran
+
+    changed = CountingBackend(perturbed(qwen_model, 0.3), qwen_tokenizer, name="my-org/model")  # same name
+    changed_cache = ScoreCache.for_backend(changed, tmp_path)
+    other = flat(engine.run(changed, plans, cache=changed_cache))
+    assert changed_cache.hits == 0 and CountingBackend.sessions == 2
+    assert any(not math.isclose(a, b, abs_tol=1e-3) for (_, a), (_, b) in zip(other, first))
+    assert ScoreCache.for_backend(backend, "off") is None
