@@ -1,0 +1,211 @@
+"""The engine against the naive way, on the builtin data, measured in one run.
+
+The naive way is what a plain teacher-forced scorer does: every sequence run whole, one
+at a time, full-vocabulary log-softmax at every position. The engine cuts sequences after
+their last read, runs each distinct prefix once and applies the LM head only at read
+positions. The lower bound is the number of distinct prefix tokens any exact scorer must
+run. Each method runs in a forked child, so its peak memory is its own.
+
+    python benchmarks/bench_engine.py --model tiny --lengths 8k,32k --limit 4
+    python benchmarks/bench_engine.py --model smollm2-135m --lengths 2k,8k --limit 2
+    python benchmarks/bench_engine.py --single 32768     # one long sequence: memory and time
+
+``tiny`` is a randomly initialised qwen3 with the Qwen3.5 vocabulary (ids mode).
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import resource
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+GROUPS = {"facts": ["facts"], "tool_calls": ["tool_calls"], "rules (en+cs+de)": ["rules_en", "rules_cs", "rules_de"]}
+
+
+def tiny_model(vocab_size: int, hidden: int = 64, layers: int = 4):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    config = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=65536,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def load(model: str):
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.backends.hf import TransformersBackend
+    from pytest_longctx.qwen import qwen35_tokenizer
+
+    if model == "tiny":
+        tokenizer = qwen35_tokenizer()
+        return TransformersBackend(tiny_model(len(tokenizer)), tokenizer, name="tiny")
+    return load_backend(model, "hf", "float32", "cpu")[0]
+
+
+def naive_run(backend: Any, plans: list) -> int:
+    """Every sequence whole, one at a time, log-softmax over the full vocabulary."""
+    import torch
+
+    forwarded = 0
+    with torch.inference_mode():
+        for plan in plans:
+            for ids in plan.sequences:
+                logits = backend.model(torch.tensor(ids)[None]).logits[0]  # [seq, vocab]
+                logp = torch.log_softmax(logits.float(), dim=-1)  # [seq, vocab]
+                for target in plan.targets:
+                    for read in target.reads:
+                        if plan.sequences[read.seq] is ids:
+                            float(logp[read.pos - 1, read.token]), int(logp[read.pos - 1].argmax())
+                forwarded += len(ids)
+                del logits, logp
+    return forwarded
+
+
+def engine_run(backend: Any, plans: list) -> int:
+    """The engine, counting the tokens its sessions really forward."""
+    from pytest_longctx import engine
+
+    forwarded = [0]
+    make_session = backend.session
+
+    def counting_session():
+        session = make_session()
+        advance = session.advance
+
+        def counted(ids, positions, tokens):
+            forwarded[0] += len(ids)
+            return advance(ids, positions, tokens)
+
+        session.advance = counted
+        return session
+
+    backend.session = counting_session
+    try:
+        engine.run(backend, plans)
+    finally:
+        backend.session = make_session
+    return forwarded[0]
+
+
+def measured(work: Callable[[], int]) -> dict[str, float]:
+    """Run ``work`` in a forked child: (tokens it forwarded, seconds, peak RSS growth in GB)."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+
+    def child() -> None:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        try:
+            tokens = work()
+            seconds = time.perf_counter() - started
+            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**20  # KiB -> GiB
+            queue.put({"tokens": tokens, "seconds": seconds, "peak_gb": peak})
+        except Exception as exc:  # reported, not raised: the other methods still run
+            queue.put({"error": f"{type(exc).__name__}: {exc}"})
+
+    process = context.Process(target=child)
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        return {"error": f"the child died (exit {process.exitcode}; out of memory?)"}
+    return queue.get()
+
+
+def row(name: str, lower: int, naive: dict, lean: dict) -> list[str]:
+    def cell(result: dict, key: str, fmt: str) -> str:
+        return "error" if "error" in result else format(result[key], fmt)
+
+    def ratio(key: str) -> str:
+        if "error" in naive or "error" in lean or not lean[key]:
+            return "n/a"
+        return f"{naive[key] / lean[key]:.2f}x"
+
+    within = "n/a" if "error" in lean else f"{lean['tokens'] / lower:.3f}"
+    return [name, f"{lower:,}", cell(naive, "tokens", ","), cell(lean, "tokens", ","), within, ratio("tokens"),
+            cell(naive, "seconds", ".1f"), cell(lean, "seconds", ".1f"), ratio("seconds"),
+            cell(naive, "peak_gb", ".2f"), cell(lean, "peak_gb", ".2f"), ratio("peak_gb")]
+
+
+def bench_data(args: argparse.Namespace) -> None:
+    from pytest_longctx import engine
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.report import table
+    from pytest_longctx.tokens import choose_mode, plan_reads
+
+    backend = load(args.model)
+    rows = []
+    for length in args.lengths.split(","):
+        for name, sets in GROUPS.items():
+            dataset = load_dataset(args.data, sets=sets, lengths=[length], limit=args.limit)
+            mode = choose_mode("auto", backend.tokenizer, dataset)
+            plans = plan_reads(dataset, mode, backend.tokenizer)
+            lower = engine.forwarded_tokens(plans)
+            whole = sum(len(s) for p in plans for s in p.sequences)
+            projected = whole and max(len(s) for p in plans for s in p.sequences) * backend.model.config.vocab_size * 8 / 2**30
+            if projected > args.naive_memory_gb:
+                naive = {"error": f"not run: its logits need {projected:.0f} GB"}
+            else:
+                naive = measured(lambda: naive_run(backend, plans))
+            lean = measured(lambda: engine_run(backend, plans))
+            rows.append(row(f"{length} {name}", lower, naive, lean))
+            print(f"{length} {name}: done", file=sys.stderr, flush=True)
+    print(f"model {args.model}, data {args.data}, limit {args.limit} items per config and length")
+    print(table(["set", "lower bound", "naive tokens", "engine tokens", "engine/bound", "tokens ratio",
+                 "naive s", "engine s", "time ratio", "naive GB", "engine GB", "memory ratio"], rows))
+
+
+def bench_single(length: int) -> None:
+    """One sequence of ``length`` tokens, reads at 64 positions: chunked engine vs full logits."""
+    from pytest_longctx.backends.hf import TransformersBackend
+    from pytest_longctx.report import table
+
+    vocab = 32000
+    backend = TransformersBackend(tiny_model(vocab), None, name="tiny")
+    ids = np.random.default_rng(0).integers(0, vocab, length)
+    positions = list(np.linspace(length // 2, length - 2, 64).astype(int))
+    tokens = [[int(ids[p + 1])] for p in positions]
+
+    def naive() -> int:
+        import torch
+
+        with torch.inference_mode():
+            logp = torch.log_softmax(backend.model(torch.tensor(ids)[None]).logits[0].float(), dim=-1)  # [seq, vocab]
+            [float(logp[p, t[0]]) for p, t in zip(positions, tokens)]
+        return length
+
+    def lean() -> int:
+        backend.read(ids, positions, tokens)
+        return max(positions) + 1
+
+    naive_result, lean_result = measured(naive), measured(lean)
+    print(f"one {length}-token sequence, tiny qwen3 (vocab {vocab}), 64 reads in its second half")
+    print(table(["method", "tokens run", "seconds", "peak GB"],
+                [[n, str(r.get("tokens", "error")), f"{r['seconds']:.1f}" if "seconds" in r else r.get("error", ""),
+                  f"{r['peak_gb']:.2f}" if "peak_gb" in r else ""]
+                 for n, r in (("naive (full logits)", naive_result), ("engine (chunked)", lean_result))]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="'tiny' or any model the transformers backend loads")
+    parser.add_argument("--data", default="builtin")
+    parser.add_argument("--lengths", default="8k")
+    parser.add_argument("--limit", type=int, default=4, help="items per config and length (the naive way is slow)")
+    parser.add_argument("--naive-memory-gb", type=float, default=12.0,
+                        help="skip the naive way where its logits alone would need more memory than this")
+    parser.add_argument("--single", type=int, metavar="TOKENS", help="measure one sequence of this length instead")
+    args = parser.parse_args()
+    if args.single:
+        bench_single(args.single)
+    else:
+        bench_data(args)
+
+
+if __name__ == "__main__":
+    main()
