@@ -47,13 +47,25 @@ def data_fingerprint(keyed: Iterable[tuple[str, str, str, str]]) -> str:
     return digest.hexdigest()[:24]
 
 
+# Texts whose tokenization (ids and offsets) stands for the tokenizer's behaviour: chat
+# markup, code, numbers, whitespace runs, accents and scripts the benchmark uses.
+PROBES = (
+    "<|im_start|>system\nYou are a helpful agent.<|im_end|>\n<|im_start|>user\nFiona booked flight 48213.<|im_end|>",
+    '<tool_call>\n<function=bash>\n<parameter=command>\ngrep -rn "__call__" src/ | head -n 20\n</parameter>',
+    "def f(x):\n    return {'a': [1, 2.5e-3]}  # comment\n\n\n\tindent\r\n",
+    "Příliš žluťoučký kůň úpěl ďábelské ódy. Größere Äpfel für Übermut. naïve café ½ € 💡",
+    "   leading and trailing spaces   ",
+)
+
+
 def tokenizer_fingerprint(tokenizer: Any, mode: str) -> str:
-    """What the scores depend on: nothing in the ids mode, the full tokenizer in text mode."""
+    """What the scores depend on: nothing in the ids mode; in text mode the vocabulary and
+    how the probe texts tokenize (behaviour, not the file format, so a tokenizer saved
+    by another library version still matches)."""
     if mode == "ids":
         return IDS_MODE_TOKENIZER
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        serial = backend.to_str()
-    else:
-        serial = repr(sorted(tokenizer.get_vocab().items())) + type(tokenizer).__name__
-    return hashlib.sha256(serial.encode()).hexdigest()[:24]
+    digest = hashlib.sha256(repr(sorted(tokenizer.get_vocab().items())).encode())
+    for text in PROBES:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        digest.update(repr((list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]])).encode())
+    return digest.hexdigest()[:24]

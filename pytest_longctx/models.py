@@ -63,6 +63,10 @@ def smollm2() -> str:
 
     print(f"longctx: converting {os.path.basename(gguf)} into {folder} (once)", file=sys.stderr, flush=True)
     model, tokenizer = load_pretrained(gguf, dtype="float32", device="cpu")
+    # the weights are de-quantized on load; drop the GGUF marker so they save as plain float32
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     partial = folder.with_name(f".{folder.name}.{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
