@@ -89,3 +89,21 @@ def test_facts_answers_follow_a_question_and_are_five_digit_numbers(built: Path)
             assert "?" in item.text[t.answer_char[0] - 80 : t.answer_char[0]]
             assert t.fact.endswith(t.answer[1:]) and t.fact_char[1] < t.answer_char[0]
             assert item.text.count(t.answer[1:6]) == 2  # the fact and the answer, nowhere else
+
+
+def test_long_texts_are_a_session_followed_by_further_documents(tmp_path: Path) -> None:
+    build(tmp_path, ["8k"], seed=3, sets=["tool_calls", "rules_en"], limit=1, progress=lambda _: None)
+    data = load_dataset(tmp_path)
+    tokenizer = qwen35_tokenizer()
+    for config, text, item in [("tool_calls", i.text, i) for i in data.sets["tool_calls"]["8k"]] + [
+        ("rules_en", i.text_without_rule, i) for i in data.sets["rules_en"]["8k"]
+    ]:
+        session_end = text.rindex("<|im_end|>")  # the last turn of the session
+        documents = text[session_end:]
+        assert len(documents) > 4000 and "<|im_start|>" not in documents
+        share = len(tokenizer(text[:session_end], add_special_tokens=False)["input_ids"]) / 8193
+        assert 0.4 < share < 0.8, (config, share)  # about half: sessions grow by whole turns
+        ends = [t.char[1] for t in item.targets] if config == "tool_calls" else [t.char_without_rule[1] for t in item.targets]
+        assert max(ends) <= session_end  # documents hold no targets
+        names = {s["name"] for s in item.sources}
+        assert any("Wikipedia" in n for n in names)

@@ -16,6 +16,7 @@ from .chat import CALL_FORMAT, Doc, add_call, close_turn, open_turn, tool_json
 from .fit import CutError, Encoding, SegmentEncoder
 from .plan import Plan
 from .rule_texts import LANGS, RULES, Rule
+from .documents import Documents, session_tokens
 from .session import CutSession, estimated_tokens, grow_and_cut, token_span
 from .shell import ACTIONS
 from .sourcing import SourceUse, source_records
@@ -189,22 +190,24 @@ def _candidate(rule: Rule, placement: str, session: RuleSession, cut: CutSession
     return Candidate(rule, placement, targets, texts)
 
 
-def _session(plan: Plan, seed: int, index: int, encoder: SegmentEncoder, want: int) -> tuple[RuleSession, CutSession, list[Candidate]]:
+def _session(plan: Plan, seed: int, index: int, encoder: SegmentEncoder, want: int) -> tuple[RuleSession, Documents, CutSession, list[Candidate]]:
     project_files = projects()
     names = sorted(project_files)
     project = names[index % len(names)]
     for attempt in range(ATTEMPTS):
         rng = random.Random(f"{seed}:rules:{plan.length}:{index}:{attempt}")
         rules = _pick_rules(rng)
-        session = RuleSession(Workspace(project, project_files[project], rng), rng, [r for r, _ in rules], plan.n_tokens)
+        session = RuleSession(Workspace(project, project_files[project], rng), rng, [r for r, _ in rules],
+                              session_tokens(plan.n_tokens))
+        documents = Documents(session.doc, random.Random(f"{seed}:rules:{plan.length}:{index}:{attempt}:documents"), project)
         try:
-            cut = grow_and_cut(session.doc, session.turn, plan.n_tokens, encoder)
+            cut = grow_and_cut(session.doc, session.turn, plan.n_tokens, encoder, documents.add)
         except CutError:
             continue
         found = [c for rule, placement in rules if (c := _candidate(rule, placement, session, cut, encoder))]
         if len(found) >= want:
             order = sorted(range(len(found)), key=lambda n: (-len(found[n].targets["en"]), n))[:want]
-            return session, cut, [found[n] for n in sorted(order)]
+            return session, documents, cut, [found[n] for n in sorted(order)]
     raise LongctxError(f"builder: rules session {index} at {plan.length} has fewer than {want} rules with far targets")
 
 
@@ -212,7 +215,7 @@ def build_rules(plan: Plan, seed: int, encoder: SegmentEncoder, langs: tuple[str
     """``rules_<lang>`` -> rows, for the requested languages."""
     rows: dict[str, list[dict]] = {f"rules_{lang}": [] for lang in langs}
     for index, want in enumerate(plan.rule_items):
-        session, cut, candidates = _session(plan, seed, index, encoder, want)
+        session, documents, cut, candidates = _session(plan, seed, index, encoder, want)
         context_id = f"rules-{plan.length}-s{index:02d}"
         for candidate in candidates:
             for lang in langs:
@@ -228,7 +231,7 @@ def build_rules(plan: Plan, seed: int, encoder: SegmentEncoder, langs: tuple[str
                     "placement": candidate.placement,
                     "lang": lang,
                     "targets": candidate.targets[lang],
-                    "sources": source_records([session.code], cut.encoding),
+                    "sources": source_records([session.code, *documents.uses()], cut.encoding),
                     "qwen_ids_without_rule": cut.encoding.ids,
                     "qwen_ids_with_rule": with_enc.ids,
                 })

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .chat import Doc
+from .documents import session_tokens
 from .fit import Encoding, SegmentEncoder
 
 # A rough size of a session in Qwen3.5 tokens while it is written; the exact count
@@ -23,13 +24,20 @@ class CutSession:
     encoding: Encoding
 
 
-def grow_and_cut(doc: Doc, add_turn: Callable[[], None], n_tokens: int, encoder: SegmentEncoder) -> CutSession:
-    """Add turns until the session holds more than ``n_tokens`` tokens, then cut it to
-    exactly that many. Raises ``CutError`` where no cut has that many tokens."""
+def grow_and_cut(doc: Doc, add_turn: Callable[[], None], n_tokens: int, encoder: SegmentEncoder,
+                 add_document: Callable[[], None] | None = None) -> CutSession:
+    """Add turns until the session fills its share of ``n_tokens`` (``session_tokens``),
+    then documents (``add_document``) until the text holds more than ``n_tokens``
+    tokens, then cut it to exactly that many. Raises ``CutError`` where no cut has that
+    many tokens."""
+    session_goal = session_tokens(n_tokens) * (1.08 if session_tokens(n_tokens) == n_tokens else 1.0)
+    while estimated_tokens(doc) < session_goal:
+        add_turn()
+    add = add_document or add_turn
     goal = n_tokens * 1.08
     while True:
         while estimated_tokens(doc) < goal:
-            add_turn()
+            add()
         full = doc.text
         encoding = encoder.encode(full)
         if len(encoding) > n_tokens:

@@ -10,6 +10,7 @@ from .chat import CALL_FORMAT, Doc, Mark, add_call, close_turn, open_turn, tool_
 from ..errors import LongctxError
 from .fit import CutError, Encoding, SegmentEncoder
 from .plan import Plan
+from .documents import Documents
 from .session import CutSession, grow_and_cut, token_span
 from .shell import ACTIONS
 from .sourcing import SourceUse, source_records
@@ -247,12 +248,13 @@ def _targets(marks: list[Mark], definitions: dict[str, Mark], calls: list[Mark],
     return out
 
 
-def _session(files: list[CodeFile], seed: str, n_tokens: int, encoder: SegmentEncoder) -> tuple[ToolSession, CutSession]:
+def _session(files: list[CodeFile], seed: str, n_tokens: int, encoder: SegmentEncoder) -> tuple[ToolSession, Documents, CutSession]:
     for attempt in range(ATTEMPTS):
         rng = random.Random(f"{seed}:{attempt}")
         session = ToolSession(Workspace(files[0].project, files, rng), rng)
+        documents = Documents(session.doc, random.Random(f"{seed}:{attempt}:documents"), files[0].project)
         try:
-            return session, grow_and_cut(session.doc, session.turn, n_tokens, encoder)
+            return session, documents, grow_and_cut(session.doc, session.turn, n_tokens, encoder, documents.add)
         except CutError:
             continue
     raise LongctxError(f"builder: no tool_calls session {seed} could be cut to {n_tokens} tokens")
@@ -264,7 +266,7 @@ def build_tool_calls(plan: Plan, seed: int, encoder: SegmentEncoder) -> list[dic
     rows = []
     for index in range(plan.tool_items):
         project = names[index % len(names)]
-        session, cut = _session(project_files[project], f"{seed}:tool_calls:{plan.length}:{index}", plan.n_tokens, encoder)
+        session, documents, cut = _session(project_files[project], f"{seed}:tool_calls:{plan.length}:{index}", plan.n_tokens, encoder)
         definitions = {m.data["id"]: m for m in session.doc.tagged("definition")}
         targets = _targets(session.doc.tagged("target"), definitions, session.doc.tagged("call"), cut.text, cut.encoding)
         rows.append({
@@ -275,7 +277,7 @@ def build_tool_calls(plan: Plan, seed: int, encoder: SegmentEncoder) -> list[dic
                 for m in definitions.values()
             ],
             "targets": targets,
-            "sources": source_records([session.code], cut.encoding),
+            "sources": source_records([session.code, *documents.uses()], cut.encoding),
             "qwen_ids": cut.encoding.ids,
         })
     return rows
