@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .baseline import ItemScores, ScoresFile, advisory_differences, check_fits, load_scores
-from .data.load import Dataset, load_dataset
+from .data.load import load_dataset
 from .data.records import config_kind
 from .errors import LongctxError
 from .fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
@@ -45,9 +45,6 @@ class Case:
     config: str
     length: str | None = None
     item_id: str | None = None
-    placement: str | None = None
-    family: str | None = None
-    row: str | None = None
 
     @property
     def unit(self) -> str:
@@ -88,6 +85,7 @@ class GateRun:
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
+        self._evaluations: dict[frozenset[Key], Evaluation] = {}
         self.warnings: list[str] = []
 
     # -------------------------------------------------------------- cases
@@ -114,12 +112,11 @@ class GateRun:
             for _, length, placement, family in cells(config, by_length):
                 key = cell_key(config, length, placement, family)
                 if cell_metrics(self.thresholds, key, family, placement):
-                    found.append(Case("cell", key, self._keys(config, length), config, length,
-                                      placement=placement, family=family))
+                    found.append(Case("cell", key, self._keys(config, length), config, length))
         selection = {config: list(by_length) for config, by_length in self.dataset.sets.items()}
-        for name, source in row_specs(selection):
+        for _, source in row_specs(selection):
             found.append(Case("row", row_key(source), self._keys(source["config"], source.get("length")),
-                              source["config"], source.get("length"), row=name))
+                              source["config"], source.get("length")))
         return found
 
     def select(self, cases: Iterable[Case]) -> None:
@@ -211,6 +208,9 @@ class GateRun:
         (in update mode the model is its own baseline), and every applicable verdict."""
         done = {c: n for c, n in self.complete().items() if configs is None or c in configs}
         keys = {k for k in self.fingerprints if k[1] in done.get(k[0], ())}
+        memo = frozenset(keys)  # items are scored once, so complete sets never change
+        if memo in self._evaluations:  # the cell and row tests of one set ask for the same numbers
+            return self._evaluations[memo]
         dataset = self.dataset.select(keys)
         reference = self.baseline
         sets = compute_sets(dataset, self.scores, reference)
@@ -224,6 +224,7 @@ class GateRun:
             if config_kind(config) == "rules":
                 for cell in cells(config, lengths):
                     evaluation.verdicts.extend(cell_verdicts(*cell, sets, baseline_sets, self.thresholds))
+        self._evaluations[memo] = evaluation
         return evaluation
 
     def item_report(self, config: str, length: str, item_id: str) -> tuple[list[str], dict[str, Any]]:
