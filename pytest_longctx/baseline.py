@@ -94,17 +94,23 @@ def load_scores(path: str | os.PathLike, what: str = "reference scores") -> Scor
     if body.get("version") != VERSION:
         raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads {VERSION}; {fix}")
     try:
-        scores = {
-            config: {
-                length: {i: ItemScores(s["fingerprint"], list(s["targets"])) for i, s in by_item.items()}
-                for length, by_item in by_length.items()
-            }
-            for config, by_length in body["scores"].items()
-        }
-        return ScoresFile(mode=body["mode"], meta=dict(body["meta"]), scores=scores, rows=body.get("rows"),
-                          sets=body.get("sets"), path=str(path))
+        return scores_from_json(body, str(path))
     except (KeyError, TypeError, AttributeError) as exc:
         raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {fix}") from None
+
+
+def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFile:
+    """A scores file from its JSON body (``mode``, ``meta``, ``scores``, optional ``rows``
+    and ``sets``), as a scores file or a results JSON holds it; KeyError/TypeError when malformed."""
+    scores = {
+        config: {
+            length: {i: ItemScores(s["fingerprint"], list(s["targets"])) for i, s in by_item.items()}
+            for length, by_item in by_length.items()
+        }
+        for config, by_length in body["scores"].items()
+    }
+    return ScoresFile(mode=body["mode"], meta=dict(body["meta"]), scores=scores, rows=body.get("rows"),
+                      sets=body.get("sets"), path=path)
 
 
 def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tuple[str, str, str], str],

@@ -42,17 +42,28 @@ def verdict_word(verdict: Any) -> str:
     return "PASS" if verdict.passed else "FAIL"
 
 
-def gate_table(evaluation: Any) -> str:
-    """row | baseline | model | delta | threshold | verdict, for every headline row."""
+def delta(model: float | None, baseline: float | None) -> str:
+    return "n/a" if model is None or baseline is None else f"{model - baseline:+.3f}"
+
+
+GATE_HEADERS = ["row", "baseline", "model", "delta", "threshold", "verdict"]
+
+
+def gate_rows(evaluation: Any) -> list[list[str]]:
+    """The cells of the gate table: one line per headline row."""
     by_label = {v.label: v for v in evaluation.verdicts}
     lines = []
     for name, model in evaluation.rows.items():
         verdict = by_label[name]
         baseline = evaluation.baseline_rows.get(name)
-        delta = None if model is None or baseline is None else model - baseline
-        lines.append([name, number(baseline), number(model), "n/a" if delta is None else f"{delta:+.3f}",
+        lines.append([name, number(baseline), number(model), delta(model, baseline),
                       f">= {verdict.threshold:.3f}", verdict_word(verdict)])
-    return table(["row", "baseline", "model", "delta", "threshold", "verdict"], lines)
+    return lines
+
+
+def gate_table(evaluation: Any) -> str:
+    """row | baseline | model | delta | threshold | verdict, for every headline row."""
+    return table(GATE_HEADERS, gate_rows(evaluation))
 
 
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
@@ -98,4 +109,5 @@ def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
         "baseline_rows": evaluation.baseline_rows,
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
                       "threshold": v.threshold, "verdict": verdict_word(v)} for v in evaluation.verdicts],
+        "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
     }

@@ -35,7 +35,8 @@ class Results:
 
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
-                "meta": self.meta, "row_sources": self.row_sources}
+                "meta": self.meta, "row_sources": self.row_sources,
+                "scores": self.scores.to_json()["scores"]}  # per-target raw scores: what `longctx compare` reads
 
     def nonfinite(self) -> list[str]:
         """``config/length/item`` of every item with a NaN or infinite log-probability."""
