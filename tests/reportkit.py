@@ -1,0 +1,45 @@
+"""Inputs of the report tests: a reference model and a degraded copy scored on the
+hand-built 2k items, written as the files users hand to ``longctx compare``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import perturbed
+
+DEGRADE = dict(scale=0.6, seed=3)  # as tests/test_plugin.py degrades: its forward passes are cached already
+
+
+@dataclass
+class Pair:
+    baseline: Path  # the reference's baseline (raw scores, rows, sets)
+    results: Path  # the degraded model's results JSON (longctx score --out)
+    scores: Path  # the degraded model's scores file (--save_scores)
+    reference: object  # scoring.Results of each side
+    degraded: object
+
+
+def degraded_model(model):
+    return perturbed(model, DEGRADE["scale"], seed=DEGRADE["seed"])
+
+
+def score_pair(model, tokenizer, data_dir: Path, folder: Path) -> Pair:
+    from pytest_longctx.backends.hf import TransformersBackend
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.report import write_json
+    from pytest_longctx.score_cache import ScoreCache
+    from pytest_longctx.scoring import score_sets
+
+    dataset = load_dataset(str(data_dir), lengths=["2k"])
+
+    def score(backend, reference=None):
+        return score_sets(backend, tokenizer, dataset, reference=reference, progress=False,
+                          cache=ScoreCache.for_backend(backend))
+
+    reference = score(TransformersBackend(model, tokenizer, name="reference"))
+    degraded = score(TransformersBackend(degraded_model(model), tokenizer, name="degraded"), reference.scores)
+    pair = Pair(folder / "reference.json.gz", folder / "degraded.json", folder / "degraded.json.gz", reference, degraded)
+    reference.as_baseline().save(pair.baseline)
+    write_json(pair.results, degraded.to_json())
+    degraded.scores.save(pair.scores)
+    return pair
