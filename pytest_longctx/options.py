@@ -38,6 +38,9 @@ OPTIONS = (
     Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz"),
     Option("update-baseline", "score the model as the reference and (re)write --longctx-baseline", False, ini=False, kind="flag"),
     Option("out", "write the results JSON here", ini=False),
+    # reports (gate_reports.py)
+    Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", ini=False),
+    Option("html", "write the HTML report here (one self-contained file)", ini=False),
     Option("dtype", "auto (float32 on CPU), float32, bfloat16, float16", "auto"),
     Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", "auto"),
     Option("backend", "'hf' (transformers) or module:factory", "hf"),
@@ -81,6 +84,8 @@ class GateOptions:
     backend: str
     cache_dir: str | None
     thresholds: Thresholds
+    markdown: str | None = None  # reports (gate_reports.py)
+    html: str | None = None
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -153,4 +158,5 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
                               overrides=tuple(overrides)),
+        markdown=values["longctx_markdown"], html=values["longctx_html"],
     )

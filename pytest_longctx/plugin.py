@@ -166,6 +166,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from _pytest.junitxml import xml_key
 
+    from .gate_reports import write_reports
     from .report import results_json, suite_properties, write_json
 
     evaluation = run.evaluate()
@@ -180,6 +181,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         else:
             run.baseline_file().save(run.baseline_path)
             notes.append(f"longctx: wrote baseline {run.baseline_path}; commit it beside the checkpoint")
+    notes.extend(write_reports(run, evaluation))  # markdown / HTML reports (gate_reports.py)
     xml = session.config.stash.get(xml_key, None)
     if xml is not None:
         for name, value in suite_properties(run, evaluation):

@@ -1,0 +1,147 @@
+"""The gate's reports: the markdown summary (``--longctx-markdown``, ``$GITHUB_STEP_SUMMARY``)
+and the HTML report (``--longctx-html``), the latter as a real headless browser renders it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+import browser
+import pytest
+from reportkit import degraded_model, score_pair
+
+EARLIER = "## an earlier step\n\n"
+FAILING_CELLS = "rules_en-2k-user-*:retained=1000"  # cells no model can pass: the summary must list them
+
+
+@dataclass
+class Gate:
+    result: subprocess.CompletedProcess
+    baseline: Path
+    markdown: Path
+    step_summary: Path
+    html: Path
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def gate(qwen_model, qwen_tokenizer, data_dir, tmp_path_factory):
+    """The degraded model gated against the reference's baseline, every report asked for."""
+    folder = tmp_path_factory.mktemp("gate-reports")
+    pair = score_pair(qwen_model, qwen_tokenizer, data_dir, folder)
+    model = folder / "degraded"
+    degraded_model(qwen_model).save_pretrained(model)
+    qwen_tokenizer.save_pretrained(model)
+    found = Gate(None, pair.baseline, folder / "summary.md", folder / "step.md", folder / "report.html", folder / "out.json")
+    found.step_summary.write_text(EARLIER)
+    found.result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--longctx-model={model}",
+         f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={pair.baseline}",
+         f"--longctx-threshold={FAILING_CELLS}", f"--longctx-markdown={found.markdown}",
+         f"--longctx-html={found.html}", f"--longctx-out={found.out}"],
+        capture_output=True, text=True, cwd=folder, env={**os.environ, "GITHUB_STEP_SUMMARY": str(found.step_summary)},
+    )
+    return found
+
+
+def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
+    assert gate.result.returncode == 1, gate.result.stdout[-3000:] + gate.result.stderr[-3000:]
+    assert f"markdown summary written to {gate.markdown}" in gate.result.stdout
+    summary = gate.markdown.read_text()
+    assert gate.step_summary.read_text() == EARLIER + summary  # appended, never overwritten
+    results = json.loads(gate.out.read_text())
+    table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in summary.splitlines()
+             if line.startswith("| ") and not line.startswith(("| row ", "| :---"))}
+    verdicts = {v["label"]: v for v in results["verdicts"]}
+    assert set(table) == set(results["rows"])
+    for name, value in results["rows"].items():
+        _, baseline, model, _, _, word = table[name]
+        assert (baseline, model, word) == (f"{results['baseline_rows'][name]:.3f}", f"{value:.3f}", verdicts[name]["verdict"])
+    failing_cells = {v["key"] for v in results["verdicts"] if v["verdict"] == "FAIL" and v["label"] not in results["rows"]}
+    listed = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert failing_cells == {"rules_en-2k-user-all", "rules_en-2k-user-substitution", "rules_en-2k-user-redirect"}
+    assert len(listed) == len(failing_cells) and all("needs >= 1000.000" in line for line in listed)
+
+
+def test_compare_on_the_gates_results_judges_as_the_gate(gate, capsys):
+    from pytest_longctx.cli import main
+
+    results = json.loads(gate.out.read_text())
+    assert results["scores"]["facts"]["2k"]["f0"]["targets"]
+    code = main(["compare", str(gate.baseline), str(gate.out), "--format", "json", f"--threshold={FAILING_CELLS}"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["rows"] == pytest.approx(results["rows"])
+    assert {v["key"]: v["verdict"] for v in report["verdicts"]} == {v["key"]: v["verdict"] for v in results["verdicts"]}
+
+
+class Page(HTMLParser):
+    """Tables (cell texts by row) and figures (whether they hold an SVG) of a DOM, by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.figures: dict[str, bool] = {}
+        self.open: list[tuple[str, str]] = []  # (kind, id) of the table or figure being read
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        ident = dict(attrs).get("id", "")
+        if tag == "table":
+            self.open.append(("table", ident))
+            self.tables[ident] = []
+        elif tag == "figure":
+            self.open.append(("figure", ident))
+            self.figures[ident] = False
+        elif tag == "svg" and self.open and self.open[-1][0] == "figure":
+            self.figures[self.open[-1][1]] = True
+        elif tag == "tr" and self.open and self.open[-1][0] == "table":
+            self.tables[self.open[-1][1]].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self.cell is not None:
+            self.tables[self.open[-1][1]][-1].append("".join(self.cell).strip())
+            self.cell = None
+        elif tag in ("table", "figure"):
+            self.open.pop()
+
+
+def chromium(tmp_path: Path, *args: str) -> str:
+    if browser.executable() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return browser.chromium(tmp_path / "profile", *args)
+
+
+def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
+    pytest.importorskip("matplotlib")
+    results = json.loads(gate.out.read_text())
+    url = gate.html.as_uri()
+    page = Page()
+    page.feed(chromium(tmp_path, "--dump-dom", url))
+    headline = page.tables["headline-table"]
+    assert headline[0] == ["row", "baseline", "model", "delta", "threshold", "verdict"]
+    assert {row[0]: row[2] for row in headline[1:]} == {name: f"{v:.3f}" for name, v in results["rows"].items()}
+    assert page.figures == {"distance-plot": True, "effects-plot-rules_en": True, "effects-plot-rules_cs": True,
+                            "effects-plot-rules_de": True}
+    assert len(page.tables["rules-table"]) == 1 + 3 * 2 * 4  # configs x placements x (all + 3 families)
+
+    from matplotlib.image import imread
+
+    from pytest_longctx.plots import BASELINE_COLOUR
+
+    shot = tmp_path / "report.png"
+    chromium(tmp_path, "--window-size=1200,1400", f"--screenshot={shot}", url)
+    pixels = imread(shot)[..., :3] * 255  # the baseline's bars, drawn by the browser from the inline SVG
+    colour = [int(BASELINE_COLOUR[i:i + 2], 16) for i in (1, 3, 5)]
+    assert (abs(pixels - colour).max(axis=-1) <= 3).sum() > 1000
