@@ -30,6 +30,7 @@ class Comparison:
     items: list[ItemLoss]  # worst first
     targets: list[TargetLoss]  # worst first
     notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
 
     @property
     def failing(self) -> list[Verdict]:
@@ -41,7 +42,7 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return not self.failing and not self.failing_items
+        return not self.errors and not self.failing and not self.failing_items
 
     def to_json(self, count: int = 0) -> dict[str, Any]:
         """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
@@ -49,7 +50,7 @@ class Comparison:
         shown = (lambda xs: xs[:count]) if count > 0 else (lambda xs: xs)
         return {
             "model": self.model, "baseline": self.baseline, "mode": self.mode, "passed": self.passed,
-            "notes": self.notes, "thresholds": self.thresholds.describe(),
+            "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows, "row_sources": evaluation.row_sources,
             "verdicts": [{**asdict(v), "verdict": verdict_word(v)} for v in evaluation.verdicts],
             "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
@@ -82,9 +83,11 @@ def from_gate_run(run: Any, evaluation: Evaluation) -> Comparison:
     baseline = run.baseline if run.baseline is not None else run.scores
     items, targets = losses(run.scores, baseline, evaluation.sets, evaluation.baseline_sets, run.thresholds,
                             run.dataset)
-    against = f"baseline {run.baseline_path}" if run.baseline is not None else "itself (updating the baseline)"
+    against = (f"baseline {run.baseline_path}" if run.baseline is not None else
+               "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
+    errors = [e for e in (run.missing_baseline, run.failure) if e]
     return Comparison(str(run.options.model), against, run.scores.mode or "n/a", evaluation, run.thresholds,
-                      items, targets)
+                      items, targets, errors=errors)
 
 
 def _stored_sets(results: Results, baseline: ScoresFile) -> tuple[Sets, Sets]:

@@ -133,6 +133,7 @@ def failing_lines(comparison: Comparison) -> list[str]:
 def text_report(comparison: Comparison, count: int = 10) -> str:
     verdict = "PASS" if comparison.passed else "FAIL"
     out = [f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}"]
+    out += [f"error: {error}" for error in comparison.errors]
     out += [f"note: {note}" for note in comparison.notes]
     for section in (headline(comparison), rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
         if section.rows:

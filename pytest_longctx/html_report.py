@@ -132,6 +132,7 @@ def html_report(comparison: Comparison) -> str:
     parts = [
         f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',
         f"<p>{escape(comparison.model)} against {escape(comparison.baseline)}; mode {escape(comparison.mode)}</p>",
+        "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
         _notes(comparison.notes), "</header>",
         _section("headline", "Headline rows", _table(tables.headline(comparison), "headline-table")),
         _section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")

@@ -145,3 +145,15 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
     pixels = imread(shot)[..., :3] * 255  # the baseline's bars, drawn by the browser from the inline SVG
     colour = [int(BASELINE_COLOUR[i:i + 2], 16) for i in (1, 3, 5)]
     assert (abs(pixels - colour).max(axis=-1) <= 3).sum() > 1000
+
+
+def test_a_gate_that_cannot_judge_says_so_in_its_summary(pytester, data_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    summary = tmp_path / "summary.md"
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--longctx-model=never-loaded", f"--longctx-data={data_dir}", "--longctx-lengths=2k",
+        f"--longctx-baseline={tmp_path / 'none.json.gz'}", f"--longctx-markdown={summary}")
+    assert result.ret == 1
+    lines = summary.read_text().splitlines()
+    assert lines[0] == "## longctx: FAIL"
+    assert any(line.startswith("> **error**: baseline ") and "does not exist" in line for line in lines)
