@@ -18,7 +18,11 @@ def _private_cache(tmp_path_factory):
     cache = os.environ.get("LONGCTX_TEST_CACHE") or str(tmp_path_factory.mktemp("longctx-cache"))
     previous = os.environ.get("LONGCTX_CACHE")
     os.environ["LONGCTX_CACHE"] = cache
+    # the gates run inside the tests must not write into a real CI job's step summary
+    step_summary = os.environ.pop("GITHUB_STEP_SUMMARY", None)
     yield cache
+    if step_summary is not None:
+        os.environ["GITHUB_STEP_SUMMARY"] = step_summary
     if previous is None:
         os.environ.pop("LONGCTX_CACHE", None)
     else:
