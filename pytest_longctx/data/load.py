@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import DataError, LongctxError
-from .records import CONFIGS, Item
+from .records import ALL_CONFIGS, FAITHFULNESS, Item
 from .schema import ID_COLUMNS, check_columns, parse_item
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -24,8 +24,16 @@ def length_tokens(length: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) else 1)
 
 
+def _split_order(split: str) -> tuple[int, str]:
+    """Lengths by size; names that are not lengths (the faithfulness config's) after them."""
+    try:
+        return length_tokens(split), ""
+    except LongctxError:
+        return 1 << 62, split
+
+
 def sorted_lengths(lengths: Sequence[str]) -> list[str]:
-    return sorted(set(lengths), key=length_tokens)
+    return sorted(set(lengths), key=_split_order)
 
 
 @dataclass
@@ -178,28 +186,32 @@ def load_dataset(
     lengths: Sequence[str] | None = None,
     limit: int | None = None,
 ) -> Dataset:
-    """Read the selected configs and lengths; ``limit`` keeps the first N items of each."""
+    """Read the selected configs and lengths; ``limit`` keeps the first N items of each.
+    The faithfulness config's splits are not lengths: all of them are read."""
     root = resolve_source(str(data), lengths)
-    wanted = list(sets) if sets else list(CONFIGS)
-    unknown = [s for s in wanted if s not in CONFIGS]
+    wanted = list(sets) if sets else list(ALL_CONFIGS)
+    unknown = [s for s in wanted if s not in ALL_CONFIGS]
     if unknown:
-        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}")
     if limit is not None and limit < 1:
         raise LongctxError(f"--limit {limit}: must be at least 1")
     dataset = Dataset(source=str(data))
     available: set[str] = set()
+    found = False
     for config in wanted:
         splits = _split_files(root, config)
         if not splits and sets:
             raise LongctxError(f"{root}: no files for config {config} (expected {root}/{config}/<split>-*.parquet)")
-        available.update(splits)
-        for length in sorted_lengths(lengths) if lengths else sorted_lengths(list(splits)):
+        found = found or bool(splits)
+        if config != FAITHFULNESS:
+            available.update(splits)
+        for length in sorted_lengths(lengths) if lengths and config != FAITHFULNESS else sorted_lengths(list(splits)):
             if length in splits:
                 dataset.files[(config, length)] = ", ".join(str(p) for p in splits[length])
                 dataset.sets.setdefault(config, {})[length] = read_split(config, splits[length], limit)
-    if not available:
+    if not found:
         raise LongctxError(f"{root}: no benchmark files found for {', '.join(wanted)} (expected <config>/<split>-*.parquet)")
-    missing = [n for n in lengths or () if n not in available]
+    missing = [n for n in lengths or () if n not in available] if wanted != [FAITHFULNESS] else []
     if missing:
         raise LongctxError(f"--lengths: {root} has no split {', '.join(missing)} (has {', '.join(sorted_lengths(list(available)))})")
     return dataset

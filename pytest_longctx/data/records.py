@@ -8,14 +8,17 @@ They are optional: without them only the ``text`` mode can score an item.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
 Span = tuple[int, int]
 
-CONFIGS = ("facts", "tool_calls", "rules_en", "rules_cs", "rules_de")
+CONFIGS = ("facts", "tool_calls", "rules_en", "rules_cs", "rules_de")  # the agent benchmark's, split by length
 RULES_CONFIGS = ("rules_en", "rules_cs", "rules_de")
+# Context-compression faithfulness (SPEC §2): agent sessions, splits not named by length.
+FAITHFULNESS = "faithfulness"
+ALL_CONFIGS = (*CONFIGS, FAITHFULNESS)
 FAMILIES = ("substitution", "redirect", "required")
 PLACEMENTS = ("system", "user")
 TOOL_KINDS = ("name", "param", "next", "command")
@@ -105,13 +108,48 @@ class RuleItem:
     qwen_ids_with_rule: np.ndarray | None = None
 
 
-Item = Union[FactItem, ToolItem, RuleItem]
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+    name: str | None = None
+
+
+PROBE_TYPES = ("verbatim", "paraphrase")
+DEPTHS = ("early", "mid", "recent")
+FACT_PLACEMENTS = ("statement", "buried")
+# standard: the card's high-surprisal facts; low_surprisal: facts phrased in common words
+SUITES = ("standard", "low_surprisal")
+
+
+@dataclass(frozen=True, eq=False)
+class FaithfulnessItem:
+    """An agent session with one planted fact and a later probe that needs it."""
+
+    id: str
+    messages: tuple[Message, ...]
+    probe: str
+    probe_type: str  # one of PROBE_TYPES
+    required_facts: tuple[str, ...]  # regular expressions, searched case-insensitively
+    depth: str  # one of DEPTHS
+    placement: str  # one of FACT_PLACEMENTS
+    concept: str
+    suite: str = "standard"  # one of SUITES; the published set has no such field
+    sources: tuple[dict[str, Any], ...] = ()
+
+
+def session_text(messages: Sequence[Message]) -> str:
+    """What fact retention searches (SPEC §2): every message's content, joined with newlines."""
+    return "\n".join(m.content for m in messages)
+
+
+Item = Union[FactItem, ToolItem, RuleItem, FaithfulnessItem]
 
 
 def config_kind(config: str) -> str:
-    """The metric family of a config: ``facts``, ``tool_calls`` or ``rules``."""
+    """The metric family of a config: ``facts``, ``tool_calls``, ``rules`` or ``faithfulness``."""
     if config in RULES_CONFIGS:
         return "rules"
-    if config in ("facts", "tool_calls"):
+    if config in ("facts", "tool_calls", FAITHFULNESS):
         return config
-    raise ValueError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    raise ValueError(f"unknown config {config!r}; known: {', '.join(ALL_CONFIGS)}")

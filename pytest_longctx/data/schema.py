@@ -1,24 +1,32 @@
 """Row -> record conversion with validation: every error names the file, row and field."""
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import DataError
 from .records import (
+    DEPTHS,
+    FACT_PLACEMENTS,
     FAMILIES,
     PLACEMENTS,
+    PROBE_TYPES,
+    SUITES,
     TOOL_KINDS,
     FactItem,
     FactTarget,
+    FaithfulnessItem,
     Item,
+    Message,
     RuleItem,
     RuleTarget,
     ToolDefinition,
     ToolItem,
     ToolTarget,
     config_kind,
+    session_text,
 )
 
 # Columns that hold token ids: read as int arrays, not Python lists.
@@ -31,6 +39,7 @@ REQUIRED_COLUMNS = {
         "id", "context_id", "text_without_rule", "text_with_rule", "rule", "rule_char",
         "family", "placement", "lang", "targets",
     ),
+    "faithfulness": ("id", "messages", "probe", "probe_type", "required_facts", "depth", "placement", "concept"),
 }
 
 
@@ -208,7 +217,40 @@ def _rule(row: _Row) -> RuleItem:
     )
 
 
-PARSERS: dict[str, Callable[[_Row], Item]] = {"facts": _fact, "tool_calls": _tool, "rules": _rule}
+def _faithfulness(row: _Row) -> FaithfulnessItem:
+    messages = tuple(
+        Message(role=m.text("role"), content=m.text("content"), name=m.get("name", str, optional=True))
+        for m in row.records("messages")
+    )
+    facts = row.get("required_facts", (list, tuple, np.ndarray))
+    if not len(facts):
+        raise row.fail("required_facts", "empty; an item needs at least one fact (a regular expression)")
+    for n, fact in enumerate(facts):
+        if not isinstance(fact, str):
+            raise row.fail(f"required_facts[{n}]", f"expected str, got {type(fact).__name__}")
+        try:
+            pattern = re.compile(fact, re.IGNORECASE)
+        except re.error as exc:
+            raise row.fail(f"required_facts[{n}]", f"{fact!r} is not a regular expression ({exc})") from None
+        if n == 0 and not pattern.search(session_text(messages)):
+            raise row.fail("required_facts[0]", f"{fact!r} matches nothing in the messages; the fact must be in the session")
+    return FaithfulnessItem(
+        id=row.text("id"),
+        messages=messages,
+        probe=row.text("probe"),
+        probe_type=row.choice("probe_type", PROBE_TYPES),
+        required_facts=tuple(facts),
+        depth=row.choice("depth", DEPTHS),
+        placement=row.choice("placement", FACT_PLACEMENTS),
+        concept=row.text("concept"),
+        suite=row.choice("suite", SUITES) if row.data.get("suite") is not None else SUITES[0],
+        sources=row.dicts("sources"),
+    )
+
+
+PARSERS: dict[str, Callable[[_Row], Item]] = {
+    "facts": _fact, "tool_calls": _tool, "rules": _rule, "faithfulness": _faithfulness,
+}
 
 
 def check_columns(config: str, columns: list[str], where: str) -> None:
