@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..data.records import CONFIGS, RULES_CONFIGS
+from ..data.records import ALL_CONFIGS, CONFIGS, FAITHFULNESS, RULES_CONFIGS
 from ..errors import LongctxError
 from .card import write_card
 from .facts import build_facts
+from .faithfulness import SPLIT, build_faithfulness
 from .fit import SegmentEncoder
 from .plan import plan
 from .rules import build_rules
@@ -33,13 +34,14 @@ def build(
     progress: Callable[[str], None] = _stderr,
 ) -> list[Path]:
     """Write ``out/<config>/<length>-00000-of-00001.parquet`` for each config and
-    length, and ``out/README.md``. ``limit`` caps the items (sessions, for rules)."""
-    unknown = [s for s in sets if s not in CONFIGS]
+    length, and ``out/README.md``. ``limit`` caps the items (sessions, for rules). The
+    faithfulness config is not split by length: it is written once, as ``train``."""
+    unknown = [s for s in sets if s not in ALL_CONFIGS]
     if unknown:
-        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+        raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}")
     encoder = SegmentEncoder()
     written = []
-    for length in lengths:
+    for length in lengths if any(s in CONFIGS for s in sets) else ():
         counts = plan(length, limit)
         started = time.perf_counter()
         if "facts" in sets:
@@ -51,5 +53,8 @@ def build(
             for config, rows in build_rules(counts, seed, encoder, langs).items():
                 written.append(write_split(out, config, length, rows))
         progress(f"built {length} ({', '.join(s for s in CONFIGS if s in sets)}) in {time.perf_counter() - started:.1f}s")
+    if FAITHFULNESS in sets:
+        written.append(write_split(out, FAITHFULNESS, SPLIT, build_faithfulness(seed, limit)))
+        progress(f"built {FAITHFULNESS} ({SPLIT})")
     write_card(out, seed)
     return written

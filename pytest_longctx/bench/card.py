@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..data.load import length_tokens, sorted_lengths
-from ..data.records import CONFIGS, config_kind
+from ..data.records import CONFIGS, FAITHFULNESS, config_kind
 from .text import WIKIPEDIA_SOURCE, projects
 
 ABOUT = """# pytest-longctx builtin benchmark
@@ -32,6 +32,11 @@ Built with seed {seed}; the same seed and package version give the same bytes.
   (substitution, redirect or required) at the end of the system prompt or of a later
   user message; targets are the governed actions at least 512 tokens after the rule.
   The sessions are the same in the three configs; only the rule line's language differs.
+* faithfulness (split `train`, not by length): agent sessions in the schema of the
+  context-compression faithfulness set (`messages`, `probe`, `probe_type`,
+  `required_facts`, `depth`, `placement`, `concept`, plus `suite`), each with one planted
+  service-configuration fact and a probe that needs it; the `low_surprisal` suite
+  phrases its facts in common words.
 
 ## Sizes
 
@@ -46,6 +51,7 @@ LICENCES = """
 |---|---|---|
 | facts | CC BY-SA 4.0 | an adaptation of Wikipedia text (CC BY-SA 3.0): ShareAlike |
 | tool_calls, rules_en, rules_cs, rules_de | CC BY 4.0 | the sessions, rules and annotations written by the builder |
+| faithfulness | CC BY-SA 4.0 | sessions that quote Wikipedia paragraphs (CC BY-SA 3.0): ShareAlike |
 
 The third-party text inside every config stays under the licence of its source, below.
 
@@ -55,10 +61,12 @@ The third-party text inside every config stays under the licence of its source, 
 articles by Wikipedia contributors, from the shortened dump in the test data of gensim
 (LGPL-2.1 package; the dump itself is Wikipedia's). Markup, tables, lists and references
 were removed. Each facts item names its articles in `source.articles`. Changes: 8 fact
-sentences and 8 questions were inserted between sentences of the article text.
+sentences and 8 questions were inserted between sentences of the article text. The
+faithfulness sessions quote single paragraphs unchanged (cut at a sentence end) and name
+their articles in `sources`.
 
 **Code.** Real files of these projects, unchanged, appear as tool observations in the
-tool_calls and rules configs; the copyright of each file stays with its authors under
+tool_calls, rules and faithfulness configs; the copyright of each file stays with its authors under
 its licence (texts in the package: `pytest_longctx/bench/sources/code/licenses/`).
 Every item's `sources` names the project and files it shows and their token counts.
 
@@ -91,6 +99,10 @@ def _sizes(root: Path) -> list[str]:
             if config_kind(config) == "rules":
                 tokens = f"2 x {tokens}"
             rows.append(f"| {config} | {length} | {table.num_rows} | {count} | {tokens} |")
+    for path in sorted((root / FAITHFULNESS).glob("*.parquet")):
+        table = pq.read_table(path, columns=["required_facts"])
+        facts = len(pc.list_flatten(table.column("required_facts")))
+        rows.append(f"| {FAITHFULNESS} | {path.name.split('-', 1)[0]} | {table.num_rows} | {facts} facts | varies |")
     return rows
 
 

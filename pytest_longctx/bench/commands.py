@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..data.load import length_tokens
-from ..data.records import CONFIGS
+from ..data.records import ALL_CONFIGS, CONFIGS
 from ..errors import LongctxError
 from .build import DEFAULT_SEED, build
 from .plan import DEFAULT_LENGTHS
@@ -23,11 +23,12 @@ def _build(args: argparse.Namespace) -> int:
     for length in lengths:
         if length_tokens(length) < MIN_TOKENS:
             raise LongctxError(f"--lengths {length}: the builder needs at least 2k tokens (a rule and its targets lie 512+ tokens apart)")
-    sets = _names(args.sets) if args.sets else list(CONFIGS)
+    sets = _names(args.sets) if args.sets else list(ALL_CONFIGS)
     if args.limit is not None and args.limit < 1:
         raise LongctxError(f"--limit {args.limit}: must be at least 1")
     build(Path(args.out), lengths, args.seed, sets, args.limit)
-    print(f"longctx: wrote {', '.join(sets)} at {', '.join(lengths)} to {args.out}", file=sys.stderr)
+    at = f" at {', '.join(lengths)}" if any(s in CONFIGS for s in sets) else ""
+    print(f"longctx: wrote {', '.join(sets)}{at} to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -46,12 +47,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    builder = subparsers.add_parser("build", help="build the benchmark (all five configs) from the shipped real texts")
+    builder = subparsers.add_parser("build", help="build the benchmark (all six configs) from the shipped real texts")
     builder.add_argument("--out", required=True, help="folder to write <config>/<length>-00000-of-00001.parquet and README.md into")
     builder.add_argument("--lengths", default=",".join(DEFAULT_LENGTHS), help="comma-separated lengths in Qwen3.5 tokens (default: %(default)s)")
     builder.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the same seed gives the same bytes (default: %(default)s)")
-    builder.add_argument("--sets", default=None, help=f"comma-separated configs (default: all of {', '.join(CONFIGS)})")
-    builder.add_argument("--limit", type=int, default=None, help="at most this many items (rules: sessions) per config and length, for quick builds")
+    builder.add_argument("--sets", default=None, help=f"comma-separated configs (default: all of {', '.join(ALL_CONFIGS)})")
+    builder.add_argument("--limit", type=int, default=None, help="at most this many items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by default)")
     builder.set_defaults(run=_build)
     validate = subparsers.add_parser("validate", help="check a benchmark folder against the schema and for internal consistency")
     validate.add_argument("dir", help="the benchmark folder (builtin or published)")

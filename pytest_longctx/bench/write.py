@@ -18,6 +18,11 @@ SOURCES = pa.list_(pa.struct([
     ("documents", pa.list_(pa.string())), ("tokens", pa.int32()),
 ]))
 IDS = pa.list_(pa.int32())
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string()), ("name", pa.string())]))
+SESSION_SOURCES = pa.list_(pa.struct([
+    ("name", pa.string()), ("kind", pa.string()), ("license", pa.string()), ("revision", pa.string()),
+    ("documents", pa.list_(pa.string())),
+]))
 
 SCHEMAS = {
     "facts": pa.schema([
@@ -47,6 +52,11 @@ SCHEMAS = {
             ("qwen_pos_without_rule", pa.int32()), ("qwen_pos_with_rule", pa.int32()), ("qwen_expected_id", pa.int32()),
         ]))),
         ("sources", SOURCES), ("qwen_ids_without_rule", IDS), ("qwen_ids_with_rule", IDS),
+    ]),
+    "faithfulness": pa.schema([
+        ("id", pa.string()), ("messages", MESSAGES), ("probe", pa.string()), ("probe_type", pa.string()),
+        ("required_facts", pa.list_(pa.string())), ("depth", pa.string()), ("placement", pa.string()),
+        ("concept", pa.string()), ("suite", pa.string()), ("sources", SESSION_SOURCES),
     ]),
 }
 
