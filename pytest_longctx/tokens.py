@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .data.load import Dataset
-from .data.records import FactItem, Item, RuleItem, ToolItem
+from .data.records import FactItem, FaithfulnessItem, Item, RuleItem, ToolItem
 from .errors import LongctxError
 
 MODES = ("auto", "ids", "text")
@@ -199,7 +199,7 @@ def reproduces_stored_ids(tokenizer: Any, dataset: Dataset) -> bool:
         return False
     checked: set[tuple[str, str]] = set()
     for config, length, item in dataset.items():
-        if (config, length) in checked:
+        if (config, length) in checked or isinstance(item, FaithfulnessItem):  # chat sessions, no stored ids
             continue
         checked.add((config, length))
         for text, stored in zip(item_texts(item), item_stored_ids(item)):
@@ -208,7 +208,7 @@ def reproduces_stored_ids(tokenizer: Any, dataset: Dataset) -> bool:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) != len(stored) or not np.array_equal(np.asarray(ids), stored):
                 return False
-    return True
+    return bool(checked)
 
 
 def choose_mode(requested: str, tokenizer: Any, dataset: Dataset) -> str:
@@ -231,8 +231,17 @@ def choose_mode(requested: str, tokenizer: Any, dataset: Dataset) -> str:
 
 
 def plan_reads(dataset: Dataset, mode: str, tokenizer: Any = None) -> list[ItemReads]:
-    """Sequences and reads of every selected item, in dataset order."""
-    if mode == "ids":
-        return [_ids_reads(config, length, item) for config, length, item in dataset.items()]
-    return [_text_reads(tokenizer, config, length, item) for config, length, item in dataset.items()]
+    """Sequences and reads of every selected item, in dataset order. Faithfulness
+    sessions are rendered with the model's tokenizer in either mode."""
+    from .compress.render import session_reads
+
+    plans = []
+    for config, length, item in dataset.items():
+        if isinstance(item, FaithfulnessItem):
+            plans.append(session_reads(tokenizer, config, length, item, [item.messages]))
+        elif mode == "ids":
+            plans.append(_ids_reads(config, length, item))
+        else:
+            plans.append(_text_reads(tokenizer, config, length, item))
+    return plans
 

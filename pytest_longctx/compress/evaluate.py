@@ -1,0 +1,95 @@
+"""Running a compressor over sessions: Layer A (retention), realized savings and, with a
+model, Layer B (the answer teacher-forced under the full and the compressed context)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .. import engine
+from ..data.records import FAITHFULNESS, FaithfulnessItem, Message, session_text
+from ..errors import LongctxError
+from ..metrics.faithfulness import Outcome
+from ..metrics.raw import target_records
+from .interface import Compressor
+from .render import count_tokens, session_reads
+from .selfinfo import SelfInformation
+
+REFERENCE_TOKENIZER = "Qwen3.5 (the benchmark's reference tokenizer)"
+
+
+@dataclass
+class Reader:
+    """What a compression is measured with: the tokenizer that counts savings (and its
+    name, for the output) and, for Layer B and self-information, the model's backend."""
+
+    tokenizer: Any
+    tokenizer_name: str
+    backend: Any = None
+    token_counts: dict[str, int] = field(default_factory=dict)  # item id -> tokens of its full session
+    scorer: SelfInformation | None = None
+
+    @classmethod
+    def of(cls, backend: Any, model: str | None) -> Reader:
+        """The model's reader, or without one (Layer A only) the Qwen3.5 tokenizer's."""
+        if backend is None:
+            from ..qwen import qwen35_tokenizer
+
+            return cls(qwen35_tokenizer(), REFERENCE_TOKENIZER)
+        tokenizer = getattr(backend, "tokenizer", None)
+        if tokenizer is None:
+            raise LongctxError(f"model {model}: its backend has no tokenizer; compressed sessions are rendered "
+                               "and counted with the model's tokenizer")
+        return cls(tokenizer, f"the tokenizer of {model}", backend, scorer=SelfInformation(backend, tokenizer))
+
+    def services(self, compressor: Compressor) -> dict[str, Any]:
+        if "scorer" in compressor.needs and self.scorer is None:
+            raise LongctxError(f"compressor {compressor.spec} reads the model's log-probabilities (it takes 'scorer'): "
+                               "give the model (--longctx-model, or --model for compress-bench)")
+        return {"tokenizer": self.tokenizer, "scorer": self.scorer}
+
+    def full_tokens(self, item: FaithfulnessItem) -> int:
+        if item.id not in self.token_counts:
+            self.token_counts[item.id] = count_tokens(self.tokenizer, item.messages, item.id)
+        return self.token_counts[item.id]
+
+
+@dataclass
+class Compressed:
+    split: str
+    item: FaithfulnessItem
+    messages: tuple[Message, ...] | None  # None when the compression failed
+    outcome: Outcome
+
+
+def retained_facts(item: FaithfulnessItem, messages: Sequence[Message]) -> int:
+    """Layer A: the required facts found in the messages' joined contents."""
+    text = session_text(messages)
+    return sum(re.search(fact, text, re.IGNORECASE) is not None for fact in item.required_facts)
+
+
+def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, reader: Reader) -> Compressed:
+    """One item compressed and measured; a failure (the compressor's, or a chat template
+    that cannot render its output) is the item's error, not the run's."""
+    services = reader.services(compressor)  # a missing model fails the run, not the item
+    outcome: Outcome = {"facts": len(item.required_facts), "retained": 0, "tokens_full": None,
+                        "tokens_compressed": None, "error": None}
+    messages: tuple[Message, ...] | None = None
+    try:
+        messages = compressor(item, services)
+        outcome["tokens_full"] = reader.full_tokens(item)
+        outcome["tokens_compressed"] = count_tokens(reader.tokenizer, messages, item.id)
+        outcome["retained"] = retained_facts(item, messages)
+    except LongctxError as exc:  # CompressorError, or a chat template that cannot render the messages
+        messages, outcome["error"] = None, str(exc)
+    return Compressed(split, item, messages, outcome)
+
+
+def read_answers(reader: Reader, compressed: Sequence[Compressed], progress: Callable[[int, int], Any] | None = None,
+                 cache: Any = None) -> None:
+    """Layer B for every compressed item: ``outcome["full"]`` and ``outcome["compressed"]``
+    get the answer's raw records (hits and log-probabilities, or why it is unaligned)."""
+    done = [(c, c.messages) for c in compressed if c.messages is not None]
+    plans = [session_reads(reader.tokenizer, FAITHFULNESS, c.split, c.item, [c.item.messages, messages]) for c, messages in done]
+    for (c, _), plan, scores in zip(done, plans, engine.run(reader.backend, plans, progress, cache=cache)):
+        c.outcome["full"], c.outcome["compressed"] = target_records(plan, scores)

@@ -1,0 +1,123 @@
+"""The compressor interface: ``compress(messages, probe, **knobs) -> messages``.
+
+A compressor is named as ``module:function`` (or a built-in's name, see ``methods``)
+and called with the session's messages (dicts ``{"role", "content", "name"}``, fresh
+copies), the probe, its keyword knobs, and what it asks for by keyword:
+``tokenizer`` (the evaluated model's, or the Qwen3.5 one without a model) and
+``scorer`` (self-information of a text's tokens under the evaluated model). A
+compressor that raises or returns something other than messages fails that item with a
+message naming it; the other items go on.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from ..data.records import FaithfulnessItem, Message
+from ..errors import LongctxError
+from .methods import BUILTIN
+
+SERVICES = ("tokenizer", "scorer")
+
+
+class CompressorError(LongctxError):
+    """One item's compression failed; the message names the item."""
+
+
+def parse_value(text: str) -> Any:
+    """A knob value: a Python literal (number, bool, string in quotes), else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
+    knobs = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise LongctxError(f"{where} {pair!r}: expected NAME=VALUE, e.g. ratio=0.5")
+        knobs[name.strip()] = parse_value(value.strip())
+    return knobs
+
+
+def _import(spec: str, search: Path | None) -> Callable[..., Any]:
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise LongctxError(f"compressor {spec!r}: expected module:function or one of {', '.join(BUILTIN)}")
+    try:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:  # a module beside the tests, as pytest finds conftest.py
+            if search is None or exc.name != module_name.split(".")[0]:
+                raise
+            sys.path.insert(0, str(search))
+            module = importlib.import_module(module_name)
+        function = getattr(module, attribute)
+    except (ImportError, AttributeError) as exc:
+        raise LongctxError(f"compressor {spec!r}: cannot import it ({type(exc).__name__}: {exc})") from None
+    if not callable(function):
+        raise LongctxError(f"compressor {spec!r}: {type(function).__name__} is not callable")
+    return function
+
+
+@dataclass(frozen=True)
+class Compressor:
+    spec: str
+    function: Callable[..., Any]
+    knobs: Mapping[str, Any]
+    needs: frozenset[str]  # the services it takes by keyword
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.spec, *(f"{k}={v}" for k, v in self.knobs.items())])
+
+    def __call__(self, item: FaithfulnessItem, services: Mapping[str, Any]) -> tuple[Message, ...]:
+        messages = [{"role": m.role, "content": m.content, "name": m.name} for m in item.messages]
+        given = {name: services[name] for name in self.needs}
+        try:
+            result = self.function(messages, item.probe, **self.knobs, **given)
+        except Exception as exc:  # whatever a user's compressor raises fails this item only
+            raise CompressorError(f"item {item.id}: compressor {self.label} raised {type(exc).__name__}: {exc}") from None
+        return validate_output(result, f"item {item.id}: compressor {self.label}")
+
+
+def validate_output(result: Any, where: str) -> tuple[Message, ...]:
+    fix = "it must return a list of messages like its input (dicts with str 'role' and 'content', optional str 'name')"
+    if not isinstance(result, (list, tuple)):
+        raise CompressorError(f"{where} returned {type(result).__name__}; {fix}")
+    messages = []
+    for n, message in enumerate(result):
+        if not isinstance(message, Mapping):
+            raise CompressorError(f"{where}: message {n} is {type(message).__name__}; {fix}")
+        role, content, name = message.get("role"), message.get("content"), message.get("name")
+        if not isinstance(role, str) or not isinstance(content, str) or not isinstance(name, (str, type(None))):
+            raise CompressorError(f"{where}: message {n} has role {role!r:.30}, content of type "
+                                  f"{type(content).__name__}, name {name!r:.30}; {fix}")
+        messages.append(Message(role, content, name))
+    return tuple(messages)
+
+
+def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> Compressor:
+    """The compressor ``spec`` names, with its knobs checked against its signature."""
+    function = _import(spec, search)
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or extension callable: nothing to check
+        return Compressor(spec, function, dict(knobs), frozenset())
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    accepted = [name for name in list(parameters)[2:] if name not in SERVICES]
+    unknown = [k for k in knobs if k in SERVICES or (k not in accepted and not open_ended)]
+    if unknown:
+        raise LongctxError(f"compressor {spec}: unknown knob {', '.join(unknown)}; it takes "
+                           f"{', '.join(accepted) or 'no knobs'}")
+    return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters))
+
