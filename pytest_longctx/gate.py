@@ -25,6 +25,9 @@ METRICS = {
     "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
     "follow": "lowest allowed share of rules followed",
     "item_drop": "largest allowed mean log-probability loss of one item, in nats",
+    # the compressor gate's (compress/gate.py): no global value, defaults per row
+    "retention": "lowest allowed share of facts kept by a context compressor",
+    "savings": "lowest allowed realized token savings of a context compressor",
 }
 
 
@@ -70,7 +73,7 @@ class Thresholds:
         return found
 
     def describe(self) -> dict[str, str]:
-        values = {m: f"{getattr(self, m):g}" for m in METRICS}
+        values = {m: f"{getattr(self, m):g}" for m in METRICS if hasattr(self, m)}
         values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
         return values
 
@@ -81,7 +84,7 @@ class Thresholds:
 def row_key(source: dict[str, Any]) -> str:
     config, metric = source["config"], source["metric"]
     if config_kind(config) != "rules":
-        return f"{config}-{source['length']}"
+        return f"{config}-{source['length']}" + (f"-{source['suite']}" if "suite" in source else "")
     if "worst_of" in source:
         return f"{config}-retained-worst"
     return f"{config}-{metric}-{source['length']}"
@@ -123,6 +126,7 @@ class Verdict:
     threshold: float  # the model value must reach this
     rule: str  # how the threshold came about
     losers: list[str] = field(default_factory=list)
+    reference: str = "baseline"  # what ``baseline`` is the value of (compressor gate: the full context)
 
     @property
     def applicable(self) -> bool:
@@ -133,7 +137,7 @@ class Verdict:
         return self.model is None or self.model >= self.threshold - 1e-12
 
     def message(self) -> str:
-        head = (f"{self.label}: {self.metric} {fmt(self.model)} (baseline {fmt(self.baseline)}), "
+        head = (f"{self.label}: {self.metric} {fmt(self.model)} ({self.reference} {fmt(self.baseline)}), "
                 f"needs >= {self.threshold:.3f} ({self.rule})")
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
@@ -180,7 +184,7 @@ def accuracy_losers(source: dict[str, Any], model_sets: dict, baseline_sets: dic
     mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
 
     def accuracy(entry: dict) -> float | None:
-        return entry["query_accuracy"] if config == "facts" else entry["far"]["accuracy"]
+        return entry["far"]["accuracy"] if config == "tool_calls" else entry["query_accuracy"]
 
     drops = []
     for item_id, entry in mine.items():

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from .data.records import config_kind
 from .errors import LongctxError
 
 
@@ -50,7 +51,8 @@ def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: An
         record_property(f"longctx.baseline_{verdict.metric}", verdict.baseline)
         record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not any(v.applicable for v in verdicts):
-        pytest.skip(f"{case.key}: no counted target (|eff_ref| >= 1 nat), nothing to check")
+        reason = "no counted target (|eff_ref| >= 1 nat)" if config_kind(case.config) == "rules" else "no scored item"
+        pytest.skip(f"{case.key}: {reason}, nothing to check")
     failed = [v for v in verdicts if not v.passed]
     if failed:
         pytest.fail("\n".join(v.message() for v in failed), pytrace=False)

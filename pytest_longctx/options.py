@@ -17,7 +17,7 @@ class Option:
     help: str
     default: Any = None
     ini: bool = True
-    kind: str = "str"  # str, csv, int, float, flag, lines
+    kind: str = "str"  # str, csv, int, float, flag, lines, pairs
 
     @property
     def flag(self) -> str:
@@ -49,8 +49,15 @@ OPTIONS = (
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
     Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", 0.90, kind="float"),
     Option("item-max-drop", "one item: largest allowed mean loss against the baseline, in nats", 1.0, kind="float"),
-    Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop); repeatable",
-           kind="lines"),
+    Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop; "
+           "compressor gate: retention, savings, drop); repeatable", kind="lines"),
+    # the compressor gate (compress/gate.py)
+    Option("compressor", "gate a context compressor, module:function or a built-in (last_tokens, last_messages, "
+           "message_relevance, sentence_relevance, selective_context, identity); --longctx-model adds Layer B", ini=False),
+    Option("knob", "a keyword knob of the compressor, NAME=VALUE (e.g. ratio=0.5); repeatable", ini=False, kind="pairs"),
+    Option("min-retention-verbatim", "compressor gate: lowest allowed share of facts kept, verbatim probes", 1.0, kind="float"),
+    Option("min-retention-paraphrase", "compressor gate: lowest allowed share of facts kept, paraphrase probes", 0.95,
+           kind="float"),
 )
 CHOICES = {"mode": ("auto", "ids", "text"), "dtype": ("auto", "float32", "bfloat16", "float16")}
 
@@ -63,6 +70,8 @@ def add_options(parser: Any) -> None:
             kwargs["action"] = "store_true"
         elif option.kind == "lines":
             kwargs.update(action="append", metavar="PATTERN:METRIC=VALUE")
+        elif option.kind == "pairs":
+            kwargs.update(action="append", metavar="NAME=VALUE")
         group.addoption(option.flag, **kwargs)
         if option.ini:
             parser.addini(option.dest, option.help, type="linelist" if option.kind == "lines" else "string")
@@ -86,6 +95,10 @@ class GateOptions:
     thresholds: Thresholds
     markdown: str | None = None  # reports (gate_reports.py)
     html: str | None = None
+    compressor: str | None = None  # the compressor gate (compress/gate.py)
+    knobs: tuple[str, ...] = ()
+    min_retention_verbatim: float = 1.0
+    min_retention_paraphrase: float = 0.95
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -103,6 +116,8 @@ class GateOptions:
 
 
 def _convert(option: Option, raw: Any) -> Any:
+    if option.kind == "pairs":
+        return tuple(raw)
     if option.kind == "csv":
         values = [v.strip() for v in str(raw).split(",") if v.strip()]
         if not values:
@@ -159,4 +174,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
                               overrides=tuple(overrides)),
         markdown=values["longctx_markdown"], html=values["longctx_html"],
+        compressor=values["longctx_compressor"], knobs=values["longctx_knob"] or (),
+        min_retention_verbatim=values["longctx_min_retention_verbatim"],
+        min_retention_paraphrase=values["longctx_min_retention_paraphrase"],
     )

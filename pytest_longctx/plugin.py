@@ -1,5 +1,6 @@
-"""pytest hooks and fixtures of the gate. Inert without ``--longctx-model``: nothing is
-added and neither torch nor transformers is imported."""
+"""pytest hooks and fixtures of the gate. Inert without ``--longctx-model`` or
+``--longctx-compressor``: nothing is added and neither torch nor transformers is
+imported (nor by the compressor gate without a model)."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,8 @@ from .options import add_options, read_options
 
 RUN = pytest.StashKey[Any]()
 FINAL = pytest.StashKey[Any]()  # (evaluation, notes) of the finished session, for the summary
-KINDS = {"test_item": "item", "test_cell": "cell", "test_row": "row"}
+KINDS = {"test_item": "item", "test_cell": "cell", "test_row": "row",
+         "test_retention": "item", "test_threshold": "row"}  # the last two: the compressor gate's
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,14 +26,23 @@ def _run(config: pytest.Config) -> Any:
     return config.stash.get(RUN, None)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not config.getoption("longctx_model", None):
-        return
-    from .runner import GateRun
+def _is_compressor_run(run: Any) -> bool:
+    return getattr(run, "kind", "model") == "compressor"
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not (config.getoption("longctx_model", None) or config.getoption("longctx_compressor", None)):
+        return
     try:
         options = read_options(config.getoption, config.getini, config.inipath)
-        config.stash[RUN] = GateRun(options, config.invocation_params.dir)
+        if options.compressor:
+            from .compress.gate import CompressorRun
+
+            config.stash[RUN] = CompressorRun(options, config.invocation_params.dir)
+        else:
+            from .runner import GateRun
+
+            config.stash[RUN] = GateRun(options, config.invocation_params.dir)
     except LongctxError as exc:
         raise pytest.UsageError(str(exc)) from None
     # pytest-xdist: keep each unit's tests (and so its scoring) on one worker.
@@ -39,13 +50,29 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
+def _tests_module(run: Any) -> Any:
+    """The module of the tests a run generates: the model gate's or the compressor gate's."""
+    if _is_compressor_run(run):
+        from .compress import gate_tests as compressor_tests
+
+        return compressor_tests
+    from . import gate_tests
+
+    return gate_tests
+
+
+def _case(item: pytest.Item) -> Any:
+    """The case a generated test runs; None for other tests and for the placeholder pytest
+    makes when a kind has no case (e.g. no rules cells)."""
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("longctx_case")
+    return case if hasattr(case, "needs") else None
+
+
 class GateModule(pytest.Module):
-    """The generated tests, collected from the already-imported ``gate_tests`` module."""
+    """The generated tests, collected from the already-imported tests module."""
 
     def _getobj(self) -> Any:
-        from . import gate_tests
-
-        return gate_tests
+        return _tests_module(_run(self.config))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -62,21 +89,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     run = _run(config)
     if run is None:
         return
-    from . import gate_tests
-
-    module = GateModule.from_parent(session, path=Path(gate_tests.__file__), nodeid="longctx")
+    module = GateModule.from_parent(session, path=Path(_tests_module(run).__file__), nodeid="longctx")
     generated = [i for i in module.collect() if isinstance(i, pytest.Item)]
     if run.missing_baseline:
         items.extend(i for i in generated if i.originalname == "test_baseline")
     else:  # drop the placeholders pytest makes for kinds with no case (e.g. no rules, no cells)
-        items.extend(i for i in generated if getattr(i, "callspec", None) and "longctx_case" in i.callspec.params)
+        items.extend(i for i in generated if _case(i) is not None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     run = _run(session.config)
     if run is not None:
-        run.select(i.callspec.params["longctx_case"] for i in session.items
-                   if getattr(i, "callspec", None) and "longctx_case" in i.callspec.params)
+        run.select(case for case in map(_case, session.items) if case is not None)
 
 
 # ------------------------------------------------------------------ fixtures
@@ -130,7 +154,7 @@ def longctx_results(longctx_run: Any, longctx_backend: Any, longctx_progress: An
     """Every selected item scored; ``.rows``, ``.sets``, ``.baseline_rows``, ``.verdicts``."""
     longctx_run.need_everything()
     try:
-        longctx_run.ensure(["facts", "tool_calls", "rules"], longctx_backend, longctx_progress)
+        longctx_run.ensure(["facts", "tool_calls", "rules", "faithfulness"], longctx_backend, longctx_progress)
     except LongctxError as exc:
         pytest.fail(str(exc), pytrace=False)
     return longctx_run.evaluate()
@@ -165,6 +189,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput["longctx"] = run.export()
         return
     from _pytest.junitxml import xml_key
+
+    if _is_compressor_run(run):
+        from .compress.report import finish
+
+        session.config.stash[FINAL] = finish(run, session.config.stash.get(xml_key, None))
+        return
 
     from .gate_reports import write_reports
     from .report import results_json, suite_properties, write_json
@@ -201,8 +231,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     run, final = _run(config), config.stash.get(FINAL, None)
     if run is None or final is None:
         return
-    from .report import summary_lines
-
+    if _is_compressor_run(run):
+        from .compress.report import summary_lines
+    else:
+        from .report import summary_lines
     terminalreporter.section("longctx")
     for line in summary_lines(run, *final):
         terminalreporter.write_line(line)

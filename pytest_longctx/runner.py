@@ -79,6 +79,7 @@ class GateRun:
                 self.missing_baseline = self._missing_baseline_message()
             else:
                 self.baseline = load_scores(self.baseline_path, "baseline")
+        left_out = self._leave_out_configs_without_baseline()
         self.fingerprints = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
         self.needed: dict[str, set[Key]] = {}
         self.scores = ScoresFile(mode="", meta={})
@@ -86,7 +87,18 @@ class GateRun:
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
         self._evaluations: dict[frozenset[Key], Evaluation] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[str] = left_out
+
+    def _leave_out_configs_without_baseline(self) -> list[str]:
+        """Without --longctx-sets, a config the baseline has no scores for at all (a baseline
+        made before the config existed, e.g. faithfulness) is left out with a warning."""
+        if self.baseline is None or self.options.sets:
+            return []
+        lacking = [c for c in self.dataset.sets if c not in self.baseline.scores]
+        for config in lacking:
+            del self.dataset.sets[config]
+        return [f"config {config}: it has none of its scores, so {config} is not gated; recreate the baseline "
+                "(--longctx-update-baseline) to gate it" for config in lacking]
 
     # -------------------------------------------------------------- cases
 

@@ -12,10 +12,10 @@ from . import __version__, engine
 from .backends.base import describe
 from .baseline import ItemScores, ScoresFile, advisory_differences, check_fits
 from .data.load import Dataset, load_dataset
-from .data.records import config_kind
+from .data.records import FAITHFULNESS, config_kind
 from .errors import LongctxError
 from .fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
-from .metrics import facts, rules, tool_calls
+from .metrics import facts, faithfulness, rules, tool_calls
 from .metrics.raw import is_nonfinite, target_records
 from .metrics.rows import headline_rows
 from .progress import Progress
@@ -57,6 +57,8 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
                 metrics = facts.set_metrics(items, records)
             elif kind == "tool_calls":
                 metrics = tool_calls.set_metrics(items, records)
+            elif kind == "faithfulness":
+                metrics = faithfulness.set_metrics(items, records)
             else:
                 ref = None
                 if reference is not None:
@@ -81,6 +83,10 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
         "data_source": dataset.source,
         "pytest_longctx": __version__,
     }
+    if FAITHFULNESS in dataset.sets:
+        from .compress.render import chat_markup
+
+        meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
     item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache)
     scores = ScoresFile(mode=mode, meta=meta)

@@ -15,11 +15,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..data.records import CONFIGS
+from ..data.records import CONFIGS, FAITHFULNESS
 from ..paths import cache_dir
 from .build import DEFAULT_SEED, build
 from .card import write_card
+from .faithfulness import SPLIT, build_faithfulness
 from .plan import DEFAULT_LENGTHS
+from .write import write_split
 from .text import source_files
 
 BUILDER_DIR = Path(__file__).parent
@@ -50,10 +52,28 @@ def _complete(root: Path, length: str) -> Path:
     return root / f".complete-{length}"
 
 
+def _faithfulness(root: Path) -> None:
+    """The faithfulness config (seconds to build, not split by length), built once."""
+    if _complete(root, FAITHFULNESS).exists():
+        return
+    partial = root / f".building-{FAITHFULNESS}-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        path = write_split(partial, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED))
+        (root / FAITHFULNESS).mkdir(exist_ok=True)
+        os.replace(path, root / FAITHFULNESS / path.name)
+        _complete(root, FAITHFULNESS).touch()
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    write_card(root, DEFAULT_SEED)
+
+
 def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
-    """The builtin benchmark folder, with at least ``lengths`` (default 2k, 8k, 32k) built."""
+    """The builtin benchmark folder, with the faithfulness config and at least ``lengths``
+    (None: 2k, 8k, 32k) built."""
     root = cache_dir("builtin", fingerprint())
-    for length in lengths or DEFAULT_LENGTHS:
+    _faithfulness(root)
+    for length in DEFAULT_LENGTHS if lengths is None else lengths:
         if _complete(root, length).exists():
             continue
         print(f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)", file=sys.stderr, flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..data.load import length_tokens, sorted_lengths
-from ..data.records import FAMILIES, PLACEMENTS
+from ..data.records import FAITHFULNESS, FAMILIES, PLACEMENTS
 
 KEPT = {
     "rules_en": "Rules kept far back, worst case (1.00 = as the original)",
@@ -36,6 +36,12 @@ def row_specs(selection: Mapping[str, Sequence[str]]) -> list[tuple[str, dict[st
             longest = max(selection[config], key=length_tokens)
             specs.append((f"Rules in {language} followed {_at(longest)}",
                           {"config": config, "length": longest, "placement": "system", "family": "all", "metric": "follow"}))
+    splits = sorted_lengths(list(selection.get(FAITHFULNESS, ())))
+    for split in splits:
+        named = f" ({split})" if len(splits) > 1 else ""
+        source = {"config": FAITHFULNESS, "length": split, "metric": "recall"}
+        specs.append((f"Facts recalled in agent sessions{named}", source))
+        specs.append((f"Low-surprisal facts recalled in agent sessions{named}", {**source, "suite": "low_surprisal"}))
     return specs
 
 
@@ -63,6 +69,8 @@ def headline_rows(sets: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[dic
             where[name] = {**source, **cell}
             continue
         metrics = by_length[source["length"]]
-        rows[name] = metrics["cells"][source["placement"]][source["family"]][source["metric"]] if "placement" in source else metrics[source["metric"]]
+        if "suite" in source:  # a suite with no items has no value
+            metrics = metrics["by_suite"].get(source["suite"], {})
+        rows[name] = metrics["cells"][source["placement"]][source["family"]][source["metric"]] if "placement" in source else metrics.get(source["metric"])
         where[name] = source
     return rows, where

@@ -1,0 +1,76 @@
+"""The compressor gate's reports, in the model gate's forms: the terminal table (the
+full context in the baseline's column), junit suite properties and the results JSON."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..report import delta, number, table, verdict_word, write_json
+from .gate import CompressionEvaluation, CompressorRun
+
+HEADERS = ["row", "full context", "compressed", "delta", "threshold", "verdict"]
+
+
+def gate_table(evaluation: CompressionEvaluation) -> str:
+    lines = []
+    for row in evaluation.rows:
+        verdict = evaluation.verdict(row.key)
+        lines.append([row.label, number(row.full), number(row.compressed), delta(row.compressed, row.full),
+                      f">= {verdict.threshold:.3f}" if verdict else "reported", verdict_word(verdict) if verdict else "-"])
+    return table(HEADERS, lines)
+
+
+def header(run: CompressorRun) -> str:
+    reader = f"Layer B read by {run.options.model}" if run.options.model else "Layer A only (no model)"
+    tokenizer = run.meta.get("tokenizer", "n/a")
+    return (f"longctx compressor gate: {run.compressor.label} on {run.dataset.source}; {len(run.outcomes)} items "
+            f"compressed; savings in tokens of {tokenizer}; {reader}")
+
+
+def summary_lines(run: CompressorRun, evaluation: CompressionEvaluation, notes: list[str]) -> list[str]:
+    lines = [header(run)]
+    if evaluation.rows:
+        lines.append(gate_table(evaluation))
+    errors = [o["error"] for o in run.outcomes.values() if o["error"]]
+    if errors:
+        lines.append(f"{len(errors)} item(s) could not be compressed (counted as keeping no fact):")
+        lines.extend(f"  {error}" for error in errors[:5])
+        lines.extend([f"  and {len(errors) - 5} more"] if len(errors) > 5 else [])
+    lines.extend(notes)
+    return lines
+
+
+def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> list[tuple[str, str]]:
+    properties = [("longctx.compressor", run.compressor.label), ("longctx.tokenizer", str(run.meta.get("tokenizer", ""))),
+                  ("longctx.model", str(run.options.model or ""))]
+    for row in evaluation.rows:
+        verdict = evaluation.verdict(row.key)
+        properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),
+                       (f"longctx.full_row.{row.label}", number(row.full, 6)),
+                       (f"longctx.threshold_row.{row.label}", number(verdict.threshold, 6) if verdict else "reported"),
+                       (f"longctx.verdict.{row.label}", verdict_word(verdict) if verdict else "reported")]
+    return properties
+
+
+def results_json(run: CompressorRun, evaluation: CompressionEvaluation) -> dict[str, Any]:
+    return {
+        "rows": {row.label: row.compressed for row in evaluation.rows},
+        "full_rows": {row.label: row.full for row in evaluation.rows},
+        "sets": evaluation.sets,
+        "meta": run.meta,
+        "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "compressed": v.model, "full": v.baseline,
+                      "threshold": v.threshold, "verdict": verdict_word(v)} for v in evaluation.verdicts],
+        "items": {"/".join(key): outcome for key, outcome in run.outcomes.items()},
+    }
+
+
+def finish(run: CompressorRun, junit: Any) -> tuple[CompressionEvaluation, list[str]]:
+    """At the end of the session (controller): the results JSON and the junit properties."""
+    evaluation = run.evaluate()
+    notes = []
+    if run.options.out:
+        write_json(run.options.out, results_json(run, evaluation))
+        notes.append(f"longctx: results written to {run.options.out}")
+    if junit is not None:
+        for name, value in suite_properties(run, evaluation):
+            junit.add_global_property(name, value)
+    return evaluation, notes
