@@ -9,13 +9,15 @@ from .errors import LongctxError
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench import commands as bench_commands
+    from .compress import command as compress_command
     from . import compare_command, score_command
 
-    parser = argparse.ArgumentParser(prog="longctx", description="Long-context agent benchmark: score, compare, build, validate.")
+    parser = argparse.ArgumentParser(prog="longctx", description="Long-context agent benchmark: score, compare, build, validate, compress-bench.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     score_command.register(sub)
     compare_command.register(sub)
     bench_commands.register(sub)
+    compress_command.register(sub)
     return parser
 
 
