@@ -1,10 +1,10 @@
 """Answers of past forward passes on disk, so re-running an unchanged model costs only
 look-ups.
 
-A request's key digests the backend's identity — the fingerprint of its weights (never
-the model's name), dtype, device kind and settings — with the request's token ids and
-reads. A changed checkpoint has other weights, hence other keys: it is never served a
-stale answer. Backends that do not fingerprint their weights are not cached.
+A request's key digests the backend's identity — the fingerprints of its weights and its
+configuration (never the model's name), dtype, device kind and settings — with the
+request's token ids and reads. A changed checkpoint has other weights or another
+configuration, hence other keys: it is never served a stale answer. Backends that do not fingerprint their weights are not cached.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .backends.base import describe
 from .engine import Answers, Request
 from .paths import cache_dir
 
-IDENTITY = ("backend", "weights", "dtype", "device", "chunk_size")
+IDENTITY = ("backend", "weights", "config", "dtype", "device", "chunk_size")
 OFF = ("off", "none", "")
 
 

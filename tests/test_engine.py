@@ -53,9 +53,24 @@ def flat(scores):
     return [(s.top1, s.logprob) for item in scores for target in item if target for s in target]
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3_5"])
+def windowed(model, window: int):
+    """The same weights with every layer's attention limited to the last ``window`` tokens."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    config.sliding_window = window
+    local = AutoModelForCausalLM.from_config(config).eval()
+    local.load_state_dict(model.state_dict())
+    return local
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3-sliding-window", "qwen3_5"])
 def test_the_plan_gives_the_scores_of_running_each_sequence_whole(family, qwen_model, qwen_tokenizer, data_dir):
-    model = qwen_model if family == "qwen3" else tiny_qwen3_5(len(qwen_tokenizer))
+    model = {"qwen3": lambda: qwen_model, "qwen3-sliding-window": lambda: windowed(qwen_model, 48),
+             "qwen3_5": lambda: tiny_qwen3_5(len(qwen_tokenizer))}[family]()
     backend = TransformersBackend(model, qwen_tokenizer, chunk_size=64)
     plans = plan_reads(load_dataset(data_dir, lengths=["2k"]), "ids")
     planned = flat(engine.run(backend, plans, reuse_prefixes=True))
@@ -101,3 +116,16 @@ def test_the_score_cache_answers_repeats_and_never_serves_a_changed_checkpoint(q
     assert changed_cache.hits == 0 and CountingBackend.sessions == 2
     assert any(not math.isclose(a, b, abs_tol=1e-3) for (_, a), (_, b) in zip(other, first))
     assert ScoreCache.for_backend(backend, "off") is None
+
+
+def test_the_same_weights_under_another_config_are_not_served_from_the_cache(qwen_model, qwen_tokenizer, data_dir, tmp_path):
+    plans = plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"]), "ids")
+    backend = TransformersBackend(qwen_model, qwen_tokenizer, name="m")
+    local = TransformersBackend(windowed(qwen_model, 16), qwen_tokenizer, name="m")
+    assert backend.weights_fingerprint() == local.weights_fingerprint()
+    first = flat(engine.run(backend, plans, cache=ScoreCache.for_backend(backend, tmp_path)))
+    cache = ScoreCache.for_backend(local, tmp_path)
+    second = flat(engine.run(local, plans, cache=cache))
+    assert cache.hits == 0 and cache.misses > 0
+    assert second == flat(engine.run(local, plans))  # what the windowed model computes, not the first one's answers
+    assert second != first

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -148,6 +149,7 @@ class TransformersBackend:
         return {
             "model": str(self.name),
             "weights": self.weights_fingerprint(),
+            "config": config_fingerprint(self.model),
             "dtype": ",".join(dtypes),
             "device": self.device.type,
             "chunk_size": self.chunk_size,
@@ -214,6 +216,18 @@ def _plain_kv(cache: Any) -> bool:
     from transformers.cache_utils import DynamicLayer
 
     return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+
+
+# Config entries that name or date a checkpoint without changing what it computes.
+VOLATILE_CONFIG = ("_name_or_path", "_commit_hash", "transformers_version", "dtype", "torch_dtype")
+
+
+def config_fingerprint(model: Any) -> str:
+    """A digest of the model's configuration: the same weights under another config (a
+    sliding window, rope scaling, another attention kernel) compute something else."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in VOLATILE_CONFIG}
+    config["_attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def weights_fingerprint(model: Any) -> str:
