@@ -195,3 +195,17 @@ def test_the_model_gate_gates_the_faithfulness_config_against_its_baseline(pytes
     text = result.stdout.str()
     assert result.ret == 1 and "FAILED longctx::test_row[faithfulness-train]" in text
     assert "Facts recalled in agent sessions: accuracy" in text and "FAILED longctx::test_item[faithfulness-train-" in text
+
+
+def test_compress_bench_reports_layer_b_from_the_full_context(folders, capsys):
+    from pytest_longctx.cli import main
+
+    assert main(["compress-bench", "--model", str(folders["model"]), "--data", str(folders["data"]), "--methods",
+                 "identity,last_messages", "--sweep", "last_messages:count=6", "--cache-dir", "off", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    full = next(line for line in printed.splitlines() if line.startswith("Layer B, full context"))
+    cells = {line.split()[0]: [c for c in line.split() if c != "*"] for line in printed.splitlines()
+             if line.startswith(("identity", "last_messages"))}  # the Pareto mark left out
+    assert float(full.split("answers recalled ")[1].split(",")[0]) > 0
+    assert cells["identity"][-2:] == ["+0.000", "+0.000"]
+    assert float(cells["last_messages"][-2]) < 0 and float(cells["last_messages"][-1]) < 0  # recall, log-prob lost

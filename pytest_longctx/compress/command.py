@@ -16,7 +16,7 @@ from .data import load_sessions, sessions
 from .evaluate import Compressed, Reader, compress_one, read_answers
 from .interface import resolve
 from .rows import ANSWER_ROWS, ROWS, row_values
-from .sweep import DEFAULT_SWEEPS, Point, knob_grid, matched_table, pareto_table, parse_sweep
+from .sweep import DEFAULT_SWEEPS, Point, full_context_line, knob_grid, matched_table, pareto_table, parse_sweep
 
 
 def _csv(value: str) -> list[str]:
@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
               for compressor, done in runs]
     print(f"{len(pairs)} sessions from {dataset.source}; savings in tokens of {reader.tokenizer_name}; "
           f"Layer B: {f'read by {args.model}' if backend is not None else 'none (give --model)'}")
+    if backend is not None and points:
+        print(full_context_line(points[0]))
     print(pareto_table(points, backend is not None))
     print()
     print(matched_table(points))

@@ -82,6 +82,13 @@ def at_savings(points: Sequence[Point], savings: float, key: str) -> float | Non
     return next((v for s, v in known if s == savings), None)
 
 
+def full_context_line(point: Point) -> str:
+    """Layer B under the full context (the same for every point): what the deltas start from."""
+    recall, logprob = point.rows["answer-recall"][0], point.rows["answer-logprob"][0]
+    return (f"Layer B, full context: answers recalled {number(recall)}, answer log-probability "
+            f"{number(logprob)} nats per token")
+
+
 def pareto_table(points: Sequence[Point], layer_b: bool) -> str:
     front = pareto_front(points)
     headers = ["method", "knob", "savings", "retention", "verbatim", "paraphrase", "low-surprisal"]
