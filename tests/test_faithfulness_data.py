@@ -90,3 +90,24 @@ def test_bad_rows_are_one_line_naming_file_row_item_and_field(tmp_path, corrupt,
 def test_no_sessions_in_a_folder_says_which_layouts_are_read(tmp_path):
     with pytest.raises(LongctxError, match="no sessions found .*faithfulness/<split>-\\*.parquet"):
         load_sessions(str(tmp_path))
+
+
+def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path, rows):
+    from pytest_longctx.baseline import ScoresFile
+    from pytest_longctx.options import read_options
+    from pytest_longctx.runner import GateRun
+
+    write_split(tmp_path, "facts", "2k", rows[("facts", "2k")])
+    write_split(tmp_path, "faithfulness", "train", [published_row("s0000")])
+    ScoresFile(mode="ids", meta={}, scores={"facts": {}}).save(tmp_path / "old.json")
+
+    def run(**given):
+        values = {"longctx_model": "m", "longctx_data": str(tmp_path), "longctx_baseline": "old.json", **given}
+        return GateRun(read_options(values.get, lambda name: None, None), tmp_path)
+
+    left_out = run()
+    assert list(left_out.dataset.sets) == ["facts"] and {k[0] for k in left_out.fingerprints} == {"facts"}
+    assert left_out.warnings == ["config faithfulness: it has none of its scores, so faithfulness is not gated; "
+                                 "recreate the baseline (--longctx-update-baseline) to gate it"]
+    asked = run(longctx_sets="facts,faithfulness")  # asked for by name: gated, and refused when scored
+    assert list(asked.dataset.sets) == ["facts", "faithfulness"] and asked.warnings == []
