@@ -38,6 +38,7 @@ OPTIONS = (
     Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz"),
     Option("update-baseline", "score the model as the reference and (re)write --longctx-baseline", False, ini=False, kind="flag"),
     Option("out", "write the results JSON here", ini=False),
+    Option("only", "run only the gate's tests (deselect the others collected)", False, ini=False, kind="flag"),
     # reports (gate_reports.py)
     Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", ini=False),
     Option("html", "write the HTML report here (one self-contained file)", ini=False),
@@ -88,6 +89,7 @@ class GateOptions:
     baseline: str | None
     update_baseline: bool
     out: str | None
+    only: bool
     dtype: str
     device: str
     backend: str
@@ -168,7 +170,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         model=values["longctx_model"], data=values["longctx_data"], sets=values["longctx_sets"],
         lengths=values["longctx_lengths"], limit=values["longctx_limit"], mode=values["longctx_mode"],
         baseline=values["longctx_baseline"], update_baseline=bool(values["longctx_update_baseline"]),
-        out=values["longctx_out"], dtype=values["longctx_dtype"], device=values["longctx_device"],
+        out=values["longctx_out"], only=bool(values["longctx_only"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
         backend=values["longctx_backend"], cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],

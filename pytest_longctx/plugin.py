@@ -92,9 +92,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     module = GateModule.from_parent(session, path=Path(_tests_module(run).__file__), nodeid="longctx")
     generated = [i for i in module.collect() if isinstance(i, pytest.Item)]
     if run.missing_baseline:
-        items.extend(i for i in generated if i.originalname == "test_baseline")
+        generated = [i for i in generated if i.originalname == "test_baseline"]
     else:  # drop the placeholders pytest makes for kinds with no case (e.g. no rules, no cells)
-        items.extend(i for i in generated if _case(i) is not None)
+        generated = [i for i in generated if _case(i) is not None]
+    if run.options.only and items:
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
+    items.extend(generated)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -171,3 +171,11 @@ def test_the_conftest_example_hands_in_a_loaded_model(pytester, models, data_dir
     assert outcomes.get("failed", 0) == 0, result.stdout.str()[-2000:]
     assert "PASSED test_custom.py::test_distant_tool_calls_stay_above_half" in result.stdout.str()
     assert json.loads(out.read_text())["meta"]["model"].endswith("(int8 weights)")
+
+
+def test_only_runs_the_gate(pytester, models, data_dir, baseline):
+    pytester.makepyfile(test_mine="def test_unrelated():\n    raise AssertionError('must not run')\n")
+    result = gate(pytester, models, data_dir, baseline, "reference", "--longctx-only")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes["passed"] >= 3 and outcomes["deselected"] == 1
+    assert "test_unrelated" not in result.stdout.str()
