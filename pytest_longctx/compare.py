@@ -10,14 +10,10 @@ from .baseline import ScoresFile, check_fits
 from .compare_inputs import Results, find_data
 from .data.records import config_kind
 from .errors import LongctxError
-from .gate import Thresholds, Verdict, cell_verdicts, cells, row_verdict
+from .gate import Evaluation, Sets, Thresholds, Verdict, evaluate
 from .losses import ItemLoss, TargetLoss, losses
-from .metrics.rows import headline_rows
 from .report import verdict_word
-from .runner import Evaluation
 from .scoring import compute_sets
-
-Sets = dict[str, dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -58,20 +54,6 @@ class Comparison:
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
             "counts": {"items": len(self.items), "failing_items": len(self.failing_items), "targets": len(self.targets)},
         }
-
-
-def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
-    """Rows of both sides and the verdict of every row and rules cell, as the gate judges them."""
-    rows, row_sources = headline_rows(sets)
-    baseline_rows, _ = headline_rows(baseline_sets)
-    evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
-    for name, source in row_sources.items():
-        evaluation.verdicts.append(row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds))
-    for config, by_length in sets.items():
-        if config_kind(config) == "rules":
-            for cell in cells(config, list(by_length)):
-                evaluation.verdicts.extend(cell_verdicts(*cell, sets, baseline_sets, thresholds))
-    return evaluation
 
 
 def model_name(meta: dict[str, Any]) -> str:

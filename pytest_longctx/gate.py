@@ -17,7 +17,10 @@ from typing import Any, Iterable
 from .data.records import FAMILIES, PLACEMENTS, config_kind
 from .errors import LongctxError
 from .metrics.raw import is_scored
+from .metrics.rows import headline_rows
 from .metrics.rules import COUNT_NATS
+
+Sets = dict[str, dict[str, dict[str, Any]]]  # config -> length -> metrics
 
 # metric -> what its value bounds
 METRICS = {
@@ -176,6 +179,32 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
                 rules_losers(model_sets, config, length, placement, family))
         for metric, value in cell_metrics(thresholds, key, family, placement).items()
     ]
+
+
+@dataclass
+class Evaluation:
+    """Model and baseline metrics over complete sets, and the verdicts of every check."""
+
+    sets: Sets
+    rows: dict[str, float | None]
+    row_sources: dict[str, dict[str, Any]]
+    baseline_sets: Sets
+    baseline_rows: dict[str, float | None]
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
+    """Rows of both sides and the verdict of every row and rules cell."""
+    rows, row_sources = headline_rows(sets)
+    baseline_rows, _ = headline_rows(baseline_sets)
+    evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
+    for name, source in row_sources.items():
+        evaluation.verdicts.append(row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds))
+    for config, by_length in sets.items():
+        if config_kind(config) == "rules":
+            for cell in cells(config, list(by_length)):
+                evaluation.verdicts.extend(cell_verdicts(*cell, sets, baseline_sets, thresholds))
+    return evaluation
 
 
 def accuracy_losers(source: dict[str, Any], model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -19,10 +19,8 @@ from .data.load import load_dataset
 from .data.records import config_kind
 from .errors import LongctxError
 from .fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
-from .gate import (
-    Verdict, cell_key, cell_metrics, cell_verdicts, cells, item_drop, item_key, row_key, row_verdict,
-)
-from .metrics.rows import headline_rows, row_specs
+from .gate import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key, row_key
+from .metrics.rows import row_specs
 from .score_cache import ScoreCache
 from .scoring import compute_sets, score_items
 from .tokens import choose_mode
@@ -49,18 +47,6 @@ class Case:
     @property
     def unit(self) -> str:
         return unit_of(self.config)
-
-
-@dataclass
-class Evaluation:
-    """Model and baseline metrics over complete sets, and the verdicts of every check."""
-
-    sets: dict[str, dict[str, dict[str, Any]]]
-    rows: dict[str, float | None]
-    row_sources: dict[str, dict[str, Any]]
-    baseline_sets: dict[str, dict[str, dict[str, Any]]]
-    baseline_rows: dict[str, float | None]
-    verdicts: list[Verdict] = field(default_factory=list)
 
 
 class GateRun:
@@ -227,16 +213,7 @@ class GateRun:
         reference = self.baseline
         sets = compute_sets(dataset, self.scores, reference)
         baseline_sets = compute_sets(dataset, reference, None) if reference is not None else sets
-        rows, row_sources = headline_rows(sets)
-        baseline_rows, _ = headline_rows(baseline_sets)
-        evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
-        for name, source in row_sources.items():
-            evaluation.verdicts.append(row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, self.thresholds))
-        for config, lengths in done.items():
-            if config_kind(config) == "rules":
-                for cell in cells(config, lengths):
-                    evaluation.verdicts.extend(cell_verdicts(*cell, sets, baseline_sets, self.thresholds))
-        self._evaluations[memo] = evaluation
+        evaluation = self._evaluations[memo] = evaluate(sets, baseline_sets, self.thresholds)
         return evaluation
 
     def item_report(self, config: str, length: str, item_id: str) -> tuple[list[str], dict[str, Any]]:

@@ -6,14 +6,11 @@ import sys
 
 from .backends import load_backend
 from .baseline import load_scores
+from .command_args import add_reader_arguments, comma_list
 from .data.load import load_dataset
 from .report import rows_table, write_json
 from .score_cache import ScoreCache
 from .scoring import require_finite, score_sets
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,20 +18,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
     p.add_argument("--model", required=True, help="hub id, local folder, or .gguf file")
     p.add_argument("--data", default="builtin", help="'builtin' (default), a local folder in the HF layout, or a hub id")
-    p.add_argument("--sets", type=_csv, help="configs to score, comma-separated (default: all present)")
-    p.add_argument("--lengths", type=_csv, help="splits to score, e.g. 2k,8k (default: all present)")
+    p.add_argument("--sets", type=comma_list, help="configs to score, comma-separated (default: all present)")
+    p.add_argument("--lengths", type=comma_list, help="splits to score, e.g. 2k,8k (default: all present)")
     p.add_argument("--limit", type=int, help="the first N items of each config and length")
     p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (SPEC §1.2)")
     p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
     p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
                    help="the reference model's saved scores: the rules effects are measured against it")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--backend", default="hf", help="'hf' (transformers) or module:factory")
-    p.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
-                   "(default: the user cache; 'off' to disable)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_reader_arguments(p)
     p.set_defaults(run=run)
 
 

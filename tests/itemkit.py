@@ -122,7 +122,7 @@ def rules_rows(config: str, context_id: str, seed: int) -> list[dict[str, Any]]:
     body_parts = ["<|im_end|>\n<|im_start|>assistant\n" + filler(rng, 50)]
     actions = []
     for n in range(2):
-        body_parts.append(f"\nNow run:")
+        body_parts.append("\nNow run:")
         actions.append(len("".join(body_parts)))
         body_parts.append(f" grep -n item{n} notes.txt\n" + filler(rng, 30))
     body = "".join(body_parts) + "<|im_end|>\n"

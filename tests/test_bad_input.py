@@ -4,8 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from itemkit import write_split

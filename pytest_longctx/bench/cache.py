@@ -13,9 +13,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-from ..data.records import CONFIGS, FAITHFULNESS
+from ..data.records import FAITHFULNESS
 from ..paths import cache_dir
 from .build import DEFAULT_SEED, build
 from .card import write_card
@@ -52,41 +52,32 @@ def _complete(root: Path, length: str) -> Path:
     return root / f".complete-{length}"
 
 
-def _faithfulness(root: Path) -> None:
-    """The faithfulness config (seconds to build, not split by length), built once."""
-    if _complete(root, FAITHFULNESS).exists():
+def _build_once(root: Path, part: str, make: Callable[[Path], None]) -> None:
+    """Build ``part`` (a length, or the faithfulness config) into a temporary folder with
+    ``make``, move its parquet files into place and mark it complete; skip it if marked."""
+    if _complete(root, part).exists():
         return
-    partial = root / f".building-{FAITHFULNESS}-{os.getpid()}"
+    partial = root / f".building-{part}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        path = write_split(partial, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED))
-        (root / FAITHFULNESS).mkdir(exist_ok=True)
-        os.replace(path, root / FAITHFULNESS / path.name)
-        _complete(root, FAITHFULNESS).touch()
+        make(partial)
+        for path in sorted(partial.glob("*/*.parquet")):
+            (root / path.parent.name).mkdir(exist_ok=True)
+            os.replace(path, root / path.parent.name / path.name)
+        _complete(root, part).touch()
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     write_card(root, DEFAULT_SEED)
 
 
 def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
-    """The builtin benchmark folder, with the faithfulness config and at least ``lengths``
-    (None: 2k, 8k, 32k) built."""
+    """The builtin benchmark folder, with the faithfulness config (seconds to build, not
+    split by length) and at least ``lengths`` (None: 2k, 8k, 32k) built."""
     root = cache_dir("builtin", fingerprint())
-    _faithfulness(root)
+    _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)))
     for length in DEFAULT_LENGTHS if lengths is None else lengths:
-        if _complete(root, length).exists():
-            continue
-        print(f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)", file=sys.stderr, flush=True)
-        partial = root / f".building-{length}-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        try:
-            build(partial, [length], DEFAULT_SEED)
-            for config in CONFIGS:
-                for path in sorted((partial / config).glob("*.parquet")):
-                    (root / config).mkdir(exist_ok=True)
-                    os.replace(path, root / config / path.name)
-            _complete(root, length).touch()
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-        write_card(root, DEFAULT_SEED)
+        if not _complete(root, length).exists():
+            print(f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)",
+                  file=sys.stderr, flush=True)
+        _build_once(root, length, lambda folder: build(folder, [length], DEFAULT_SEED))
     return root

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..command_args import add_reader_arguments, comma_list
 from ..data.records import session_text
 from ..errors import LongctxError
 from ..metrics.faithfulness import compression_metrics
@@ -19,17 +20,13 @@ from .rows import ANSWER_ROWS, ROWS, row_values
 from .sweep import DEFAULT_SWEEPS, Point, full_context_line, knob_grid, matched_table, pareto_table, parse_sweep
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compress-bench", help="compare context compressors at matched savings (knob sweeps, Pareto table)",
                        description="Run context compressors over the faithfulness sessions, each over a sweep of one "
                                    "knob; print retention (Layer A), realized savings and, with --model, the change in "
                                    "the answer's teacher-forced recall and log-probability (Layer B) per point, the "
                                    "Pareto front, and each method's retention at matched savings.")
-    p.add_argument("--methods", type=_csv, help="comma-separated built-ins or module:function "
+    p.add_argument("--methods", type=comma_list, help="comma-separated built-ins or module:function "
                    f"(default: {', '.join(DEFAULT_SWEEPS)}; selective_context only with --model)")
     p.add_argument("--sweep", action="append", default=[], metavar="METHOD:KNOB=V1,V2,...",
                    help="the knob values to run a method with (replaces its default sweep; several for one method "
@@ -39,13 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="the first N sessions (the builtin order covers every probe type x depth "
                    "x placement evenly)")
     p.add_argument("--model", help="the reader for Layer B and the tokenizer for savings (else Qwen3.5, Layer A only)")
-    p.add_argument("--backend", default="hf", help="'hf' (transformers) or module:factory")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept (default: the user "
-                   "cache; 'off' to disable)")
     p.add_argument("--out", metavar="PATH", help="write every point's metrics (with breakdowns) as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_reader_arguments(p)
     p.set_defaults(run=run)
 
 

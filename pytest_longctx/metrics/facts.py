@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..data.records import FactItem
-from .raw import Record, is_nonfinite, is_scored, mean, ratio
+from .raw import Record, is_scored, mean, ratio, recall_counts
 
 
 def item_summary(records: Sequence[Record]) -> dict[str, Any]:
@@ -20,17 +20,13 @@ def item_summary(records: Sequence[Record]) -> dict[str, Any]:
 
 def set_metrics(items: Sequence[FactItem], records: dict[str, list[Record]]) -> dict[str, Any]:
     every = [r for item in items for r in records[item.id]]
-    scored = [r for r in every if is_scored(r)]
+    scored, counts = recall_counts(every)
     hits = [h for r in scored for h in r["hits"]]
-    recalled = sum(all(r["hits"]) for r in scored)
     return {
         "items": len(items),
         "targets": len(every),
-        "scored": len(scored),
-        "unaligned": sum("unaligned" in r for r in every),
-        "nonfinite": sum(is_nonfinite(r) for r in every),
-        "recalled": recalled,
-        "query_accuracy": ratio(recalled, len(scored)),
+        **counts,
+        "query_accuracy": ratio(counts["recalled"], len(scored)),
         "answer_tokens": len(hits),
         "token_accuracy": ratio(sum(hits), len(hits)),
         "mean_logprob": mean([lp for r in scored for lp in r["logprobs"]]),

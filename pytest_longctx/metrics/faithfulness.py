@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, SUITES, FaithfulnessItem
 from .facts import item_summary
-from .raw import Record, is_nonfinite, is_scored, mean, ratio
+from .raw import Record, is_scored, mean, ratio, recall_counts
 
 GROUPS: dict[str, tuple[str, ...]] = {"probe_type": PROBE_TYPES, "depth": DEPTHS, "placement": FACT_PLACEMENTS,
                                       "suite": SUITES}
@@ -37,15 +37,11 @@ def _breakdown(items: Sequence[FaithfulnessItem], summary: Callable[[list[Faithf
 
 def _recall(records: Iterable[Record]) -> dict[str, Any]:
     every = list(records)
-    scored = [r for r in every if is_scored(r)]
-    recalled = sum(all(r["hits"]) for r in scored)
+    scored, counts = recall_counts(every)
     return {
         "items": len(every),
-        "scored": len(scored),
-        "unaligned": sum("unaligned" in r for r in every),
-        "nonfinite": sum(is_nonfinite(r) for r in every),
-        "recalled": recalled,
-        "recall": ratio(recalled, len(scored)),
+        **counts,
+        "recall": ratio(counts["recalled"], len(scored)),
         "mean_logprob": mean([lp for r in scored for lp in r["logprobs"]]),
     }
 

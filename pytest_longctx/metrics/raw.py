@@ -55,6 +55,18 @@ def is_nonfinite(record: Record) -> bool:
     return "unaligned" not in record and None in values(record)
 
 
+def recall_counts(every: list[Record]) -> tuple[list[Record], dict[str, int]]:
+    """(the scored records, counts of scored, unaligned, non-finite and recalled ones):
+    a recalled answer has every one of its tokens as the top-1 prediction."""
+    scored = [r for r in every if is_scored(r)]
+    return scored, {
+        "scored": len(scored),
+        "unaligned": sum("unaligned" in r for r in every),
+        "nonfinite": sum(is_nonfinite(r) for r in every),
+        "recalled": sum(all(r["hits"]) for r in scored),
+    }
+
+
 def mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 

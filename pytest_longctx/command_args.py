@@ -1,0 +1,18 @@
+"""Arguments that several ``longctx`` subcommands take the same way."""
+from __future__ import annotations
+
+import argparse
+
+
+def comma_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the model is loaded and run, where past answers are kept, and progress."""
+    parser.add_argument("--backend", default="hf", help="'hf' (transformers) or module:factory")
+    parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
+                        "(default: the user cache; 'off' to disable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
