@@ -4,13 +4,15 @@
 
 builds the variants of ``benchmarks/variants.py`` (once, into --variants), runs the real
 gate — ``pytest --longctx-model <variant> --longctx-baseline <baseline>`` — for the model
-itself and every variant, and prints one table: each headline row's value, the number of
+itself, every variant and the model with a 4-bit KV cache (``--longctx-backend
+variants:kv_int4``), and prints one table: each headline row's value, the number of
 failed generated tests, and the verdict (pytest's exit status).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,14 +25,19 @@ from variants import VARIANTS, build  # noqa: E402
 from pytest_longctx.report import number, table  # noqa: E402
 
 
+HERE = Path(__file__).parent
+KV_VARIANT = "kv-int4"
+
+
 def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str]) -> tuple[int, dict, int]:
     """(exit status, results JSON, failed tests) of one pytest run of the gate."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "results.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
                    f"--longctx-limit={limit}", f"--longctx-out={out}", *extra]
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
         failed = sum(1 for line in done.stdout.splitlines() if line.startswith("FAILED"))
         if not out.exists():
             raise SystemExit(f"{model}: the gate wrote no results (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -44,15 +51,18 @@ def main() -> None:
     parser.add_argument("--variants", type=Path, default=Path("variants"))
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=8)
-    parser.add_argument("--only", nargs="*", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--only", nargs="*", choices=(*VARIANTS, KV_VARIANT), default=[*VARIANTS, KV_VARIANT])
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
-    candidates = {"the model itself": args.model}
-    candidates.update({name: str(path) for name, path in build(args.model, args.variants, tuple(args.only)).items()})
+    folders = build(args.model, args.variants, tuple(name for name in args.only if name in VARIANTS))
+    candidates = {"the model itself": (args.model, [])}
+    candidates.update({name: (str(path), []) for name, path in folders.items()})
+    if KV_VARIANT in args.only:
+        candidates[KV_VARIANT] = (args.model, ["--longctx-backend=variants:kv_int4"])
     results = {}
-    for name, model in candidates.items():
+    for name, (model, extra) in candidates.items():
         print(f"gating {name} ...", file=sys.stderr, flush=True)
-        results[name] = gate(model, args.baseline, args.lengths, args.limit, args.pytest_args)
+        results[name] = gate(model, args.baseline, args.lengths, args.limit, [*extra, *args.pytest_args])
     rows = list(next(iter(results.values()))[1]["rows"])
     body = [[row, *(number(res["rows"].get(row), 2) for _, res, _ in results.values())] for row in rows]
     body.append(["failed tests", *(str(failed) for _, _, failed in results.values())])

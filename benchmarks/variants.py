@@ -13,6 +13,13 @@ writes one folder per variant (safetensors + tokenizer), each a plain transforme
 Quantization is simulated: weights are rounded to the grid and stored back in float32,
 so the numbers are those of the quantized model on any runtime. Every ``nn.Linear``
 except the LM head is rounded (the LM head shares its weight with the embeddings).
+
+A quantized KV cache changes no weight, so it is a backend instead of a folder:
+``--longctx-backend variants:kv_int4`` (with this folder on ``PYTHONPATH``) loads the
+model unchanged and rounds every key and value to 4 bits as the attention layers make
+them (per token, groups of 64 channels; keys before the rotary embedding), so all later
+tokens attend to the rounded cache. Unlike transformers' ``QuantizedCache`` it keeps no
+recent tokens in full precision, which makes it slightly harsher on near context.
 """
 from __future__ import annotations
 
@@ -25,21 +32,52 @@ from typing import Any, Callable
 VARIANTS = ("int8", "int4-g64", "int2-g64", "window512")
 
 
-def round_to_nearest_(model: Any, bits: int, group: int | None) -> None:
-    """Asymmetric min-max rounding to ``2**bits`` levels per group (``None``: per channel)."""
+def rounded(tensor: Any, bits: int, group: int | None) -> Any:
+    """``tensor`` on an asymmetric min-max grid of ``2**bits`` levels per group of its last
+    dimension (``None``: the whole last dimension is one group)."""
     import torch
 
     levels = 2**bits - 1
+    size = group or tensor.shape[-1]
+    grouped = tensor.reshape(*tensor.shape[:-1], -1, size)  # [..., last / size, size]
+    low = grouped.amin(dim=-1, keepdim=True)
+    scale = (grouped.amax(dim=-1, keepdim=True) - low).clamp(min=1e-12) / levels
+    return (torch.round((grouped - low) / scale).clamp(0, levels) * scale + low).reshape(tensor.shape)
+
+
+def round_to_nearest_(model: Any, bits: int, group: int | None) -> None:
+    """Round the weights of every linear layer but the LM head, per group of input channels."""
+    import torch
+
     with torch.no_grad():
         for name, module in model.named_modules():
-            if not isinstance(module, torch.nn.Linear) or name.endswith("lm_head"):
-                continue
-            weight = module.weight  # [out, in]
-            size = group or weight.shape[1]
-            grouped = weight.reshape(weight.shape[0], -1, size)  # [out, in / size, size]
-            low = grouped.amin(dim=-1, keepdim=True)
-            scale = (grouped.amax(dim=-1, keepdim=True) - low).clamp(min=1e-12) / levels
-            grouped.copy_(torch.round((grouped - low) / scale).clamp(0, levels) * scale + low)
+            if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+                module.weight.copy_(rounded(module.weight, bits, group))  # weight: [out, in]
+
+
+def kv_quantized(bits: int, group: int) -> Callable[..., Any]:
+    """A ``--longctx-backend`` factory: the model as it is, its keys and values rounded."""
+
+    def factory(model: str, dtype: str, device: str) -> Any:
+        from pytest_longctx.backends.hf import TransformersBackend
+        from pytest_longctx.models import resolve_model
+
+        label = f"int{bits}-g{group} per token"
+        backend = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device,
+                                           name=f"{model} (KV cache {label})")
+        projections = [m for n, m in backend.model.named_modules() if n.endswith(("self_attn.k_proj", "self_attn.v_proj"))]
+        if not projections:
+            raise SystemExit(f"KV cache variant: {model} has no self_attn.k_proj/v_proj layers to round")
+        for module in projections:
+            module.register_forward_hook(lambda _module, _args, out: rounded(out, bits, group))
+        # the weights are unchanged: the config carries the difference into the score cache key
+        backend.model.config.kv_cache_quantization = label
+        return backend
+
+    return factory
+
+
+kv_int4 = kv_quantized(4, 64)
 
 
 def local_window(folder: Path, window: int) -> None:
