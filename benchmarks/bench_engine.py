@@ -117,19 +117,22 @@ def measured(work: Callable[[], int]) -> dict[str, float]:
     return queue.get()
 
 
-def row(name: str, lower: int, naive: dict, lean: dict) -> list[str]:
+def row(name: str, lower: int, whole: int, naive: dict, lean: dict) -> list[str]:
+    """One table row; ``whole`` is what the naive way forwards (every sequence whole), known
+    without running it."""
     def cell(result: dict, key: str, fmt: str) -> str:
-        return "error" if "error" in result else format(result[key], fmt)
+        return "skipped" if "skipped" in result else "error" if "error" in result else format(result[key], fmt)
 
-    def ratio(key: str) -> str:
-        if "error" in naive or "error" in lean or not lean[key]:
+    def ratio(mine: float | None, key: str) -> str:
+        if mine is None or "error" in lean or not lean[key]:
             return "n/a"
-        return f"{naive[key] / lean[key]:.2f}x"
+        return f"{mine / lean[key]:.2f}x"
 
     within = "n/a" if "error" in lean else f"{lean['tokens'] / lower:.3f}"
-    return [name, f"{lower:,}", cell(naive, "tokens", ","), cell(lean, "tokens", ","), within, ratio("tokens"),
-            cell(naive, "seconds", ".1f"), cell(lean, "seconds", ".1f"), ratio("seconds"),
-            cell(naive, "peak_gb", ".2f"), cell(lean, "peak_gb", ".2f"), ratio("peak_gb")]
+    ran = "error" not in naive and "skipped" not in naive
+    return [name, f"{lower:,}", f"{whole:,}", cell(lean, "tokens", ","), within, ratio(whole, "tokens"),
+            cell(naive, "seconds", ".1f"), cell(lean, "seconds", ".1f"), ratio(naive.get("seconds") if ran else None, "seconds"),
+            cell(naive, "peak_gb", ".2f"), cell(lean, "peak_gb", ".2f"), ratio(naive.get("peak_gb") if ran else None, "peak_gb")]
 
 
 def bench_data(args: argparse.Namespace) -> None:
@@ -139,7 +142,7 @@ def bench_data(args: argparse.Namespace) -> None:
     from pytest_longctx.tokens import choose_mode, plan_reads
 
     backend = load(args.model)
-    rows = []
+    rows, notes = [], []
     for length in args.lengths.split(","):
         for name, sets in GROUPS.items():
             dataset = load_dataset(args.data, sets=sets, lengths=[length], limit=args.limit)
@@ -149,15 +152,19 @@ def bench_data(args: argparse.Namespace) -> None:
             whole = sum(len(s) for p in plans for s in p.sequences)
             projected = whole and max(len(s) for p in plans for s in p.sequences) * backend.model.config.vocab_size * 8 / 2**30
             if projected > args.naive_memory_gb:
-                naive = {"error": f"not run: its logits need {projected:.0f} GB"}
+                naive = {"skipped": f"its logits alone need {projected:.0f} GB (--naive-memory-gb {args.naive_memory_gb:g})"}
             else:
                 naive = measured(lambda: naive_run(backend, plans))
             lean = measured(lambda: engine_run(backend, plans))
-            rows.append(row(f"{length} {name}", lower, naive, lean))
+            rows.append(row(f"{length} {name}", lower, whole, naive, lean))
+            notes.extend(f"{length} {name}, {method}: {result.get('skipped') or result['error']}"
+                         for method, result in (("naive", naive), ("engine", lean)) if "skipped" in result or "error" in result)
             print(f"{length} {name}: done", file=sys.stderr, flush=True)
     print(f"model {args.model}, data {args.data}, limit {args.limit} items per config and length")
     print(table(["set", "lower bound", "naive tokens", "engine tokens", "engine/bound", "tokens ratio",
                  "naive s", "engine s", "time ratio", "naive GB", "engine GB", "memory ratio"], rows))
+    for note in notes:
+        print(note)
 
 
 def bench_single(length: int) -> None:
