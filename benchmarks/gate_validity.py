@@ -39,8 +39,9 @@ def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str])
                    f"--longctx-limit={limit}", f"--longctx-out={out}", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
         failed = sum(1 for line in done.stdout.splitlines() if line.startswith("FAILED"))
-        if not out.exists():
-            raise SystemExit(f"{model}: the gate wrote no results (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
+        if errors or not out.exists() or done.returncode not in (0, 1):
+            raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         return done.returncode, json.loads(out.read_text()), failed
 
 
@@ -56,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     folders = build(args.model, args.variants, tuple(name for name in args.only if name in VARIANTS))
     candidates = {"the model itself": (args.model, [])}
-    candidates.update({name: (str(path), []) for name, path in folders.items()})
+    candidates.update({name: (str(path.resolve()), []) for name, path in folders.items()})  # pytest runs elsewhere
     if KV_VARIANT in args.only:
         candidates[KV_VARIANT] = (args.model, ["--longctx-backend=variants:kv_int4"])
     results = {}
