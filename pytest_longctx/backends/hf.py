@@ -20,7 +20,12 @@ from ..errors import LongctxError
 from .base import ReadResult
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEFAULT_CHUNK = 2048
+# Tokens per forward call. A call on top of a cached prefix needs an explicit attention
+# mask, which PyTorch's CPU attention runs at about half the speed of the causal case, so
+# few long calls beat many short ones. Memory per call grows with the chunk times the
+# hidden size and, for that mask, the chunk times the context read so far; never with
+# the vocabulary (logits exist only at read positions).
+DEFAULT_CHUNK = 8192
 # At most this many read positions per forward call: bounds the [reads, vocab] logits.
 MAX_READS_PER_CALL = 256
 
