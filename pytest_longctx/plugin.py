@@ -3,6 +3,7 @@
 imported (nor by the compressor gate without a model)."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,16 +121,19 @@ def longctx_run(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(scope="session")
-def longctx_backend(longctx_run: Any) -> Any:
+def longctx_backend(longctx_run: Any, request: pytest.FixtureRequest) -> Any:
     """The model under test as a backend (anything with ``read(ids, positions, tokens)``).
     Override it in the root conftest.py to hand in an already-loaded model."""
     from .backends import load_backend
     from .runner import env_worker, worker_device
 
     options = longctx_run.options
+    # what loading says (a first-run conversion, the loader's progress) reaches the terminal
+    capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
-        backend, _ = load_backend(options.model, options.backend, options.dtype,
-                                  worker_device(options.device, env_worker()))
+        with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
+            backend, _ = load_backend(options.model, options.backend, options.dtype,
+                                      worker_device(options.device, env_worker()))
     except LongctxError as exc:
         pytest.fail(str(exc), pytrace=False)
     return backend
