@@ -77,26 +77,36 @@ class ScoresFile:
         os.replace(partial, path)
 
 
+RECREATE = "recreate it (longctx score --save_scores, or pytest --longctx-update-baseline)"
+
+
+def read_json_file(path: Path, what: str, fix: str) -> Any:
+    """The JSON a file holds, gzipped or not; damage is one line naming the file and ``fix``."""
+    try:
+        raw = path.read_bytes()
+        return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LongctxError(f"{what} {path}: corrupt or truncated ({type(exc).__name__}: {exc}); {fix}") from None
+
+
 def load_scores(path: str | os.PathLike, what: str = "reference scores") -> ScoresFile:
     """Read a scores file or baseline; any damage is one line naming the file and the fix."""
     path = Path(path)
-    fix = "recreate it (longctx score --save_scores, or pytest --longctx-update-baseline)"
     if not path.is_file():
         raise LongctxError(f"{what} {path}: no such file")
-    try:
-        raw = path.read_bytes()
-        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-        body = json.loads(text)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LongctxError(f"{what} {path}: corrupt or truncated ({type(exc).__name__}: {exc}); {fix}") from None
+    return checked_scores(read_json_file(path, what, RECREATE), path, what)
+
+
+def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:
+    """A scores file from the JSON read from ``path``, its format and version checked."""
     if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise LongctxError(f"{what} {path}: not a pytest-longctx scores file; {fix}")
+        raise LongctxError(f"{what} {path}: not a pytest-longctx scores file; {RECREATE}")
     if body.get("version") != VERSION:
-        raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads {VERSION}; {fix}")
+        raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads {VERSION}; {RECREATE}")
     try:
         return scores_from_json(body, str(path))
     except (KeyError, TypeError, AttributeError) as exc:
-        raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {fix}") from None
+        raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {RECREATE}") from None
 
 
 def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFile:

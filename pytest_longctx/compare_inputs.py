@@ -2,14 +2,11 @@
 the items they were scored on (for the text around each target)."""
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .baseline import FORMAT, ScoresFile, load_scores, scores_from_json
+from .baseline import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
 from .data.load import Dataset, load_dataset
 from .errors import LongctxError
 from .fingerprint import item_fingerprint
@@ -36,13 +33,9 @@ def read_results(path: str) -> Results:
     where = Path(path)
     if not where.is_file():
         raise LongctxError(f"results {path}: no such file; {FIX}")
-    try:
-        raw = where.read_bytes()
-        body = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LongctxError(f"results {path}: corrupt or truncated ({type(exc).__name__}: {exc}); {FIX}") from None
+    body = read_json_file(where, "results", FIX)
     if isinstance(body, dict) and body.get("format") == FORMAT:
-        whole = load_scores(path, "results")
+        whole = checked_scores(body, where, "results")
         return Results(path, whole.mode, whole.meta, whole, whole.sets, None)
     if not isinstance(body, dict) or not {"rows", "sets", "mode", "meta"} <= set(body):
         raise LongctxError(f"results {path}: neither a results JSON nor a scores file; {FIX}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .baseline import ItemScores, ScoresFile, advisory_differences, check_fits, load_scores
+from .baseline import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
 from .data.load import load_dataset
 from .data.records import config_kind
 from .errors import LongctxError
@@ -179,10 +179,7 @@ class GateRun:
     def absorb(self, exported_text: str) -> None:
         exported = json.loads(exported_text)
         body = exported["scores"]
-        part = ScoresFile(mode=body["mode"], meta=body["meta"], scores={
-            c: {n: {i: ItemScores(s["fingerprint"], s["targets"]) for i, s in by_item.items()} for n, by_item in by_n.items()}
-            for c, by_n in body["scores"].items()
-        })
+        part = scores_from_json(body)
         if part.mode:
             self.scores.mode = self.scores.mode or part.mode
             self.scores.meta = self.scores.meta or part.meta
