@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .compare import Comparison
-from .data.records import FAMILIES, PLACEMENTS, TOOL_KINDS, config_kind
-from .gate import Verdict, cell_key
+from .data.records import TOOL_KINDS, config_kind
+from .gate import Verdict, cell_key, cells
 from .losses import TargetLoss
 from .report import GATE_HEADERS, delta, gate_rows, number, table
 
@@ -64,14 +64,12 @@ def rules_cells(comparison: Comparison) -> Section:
     for config, by_length in evaluation.sets.items():
         if config_kind(config) != "rules":
             continue
-        for length, metrics in by_length.items():
-            for placement in PLACEMENTS:
-                for family in ("all", *FAMILIES):
-                    cell, key = metrics["cells"][placement][family], cell_key(config, length, placement, family)
-                    verdicts = by_key.get(key, [])
-                    lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
-                                  number(cell["follow"]), number(cell["retained"]),
-                                  "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts), checks_word(verdicts)])
+        for _, length, placement, family in cells(config, by_length):
+            cell, key = by_length[length]["cells"][placement][family], cell_key(config, length, placement, family)
+            verdicts = by_key.get(key, [])
+            lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
+                          number(cell["follow"]), number(cell["retained"]),
+                          "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts), checks_word(verdicts)])
     headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "threshold", "verdict"]
     return Section("Rules cells (eff: log-prob gained by the rule, model; eff_ref: baseline)", headers, lines)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .data.records import config_kind
+from .data.records import FAR_TOKENS, config_kind
 from .losses import TargetLoss
 
-# Bucket edges in tokens; the last bucket is open. 512 is where a tool-call target counts as far.
-EDGES = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+# Bucket edges in tokens; the last bucket is open. The second is where a tool-call target counts as far.
+EDGES = (0, FAR_TOKENS, 1024, 2048, 4096, 8192, 16384, 32768)
 KINDS = {"facts": "Facts recalled", "tool_calls": "Tool-call targets right"}
 
 

@@ -207,17 +207,24 @@ def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluat
     return evaluation
 
 
+def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
+    """An item's headline metric in a set's ``per_item`` (facts-like configs: queries recalled)."""
+    kind = config_kind(config)
+    if kind == "tool_calls":
+        return "far accuracy", entry["far"]["accuracy"]
+    if kind == "rules":
+        return "retained", entry["retained"]
+    return "query accuracy", entry["query_accuracy"]
+
+
 def accuracy_losers(source: dict[str, Any], model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
     """Items whose accuracy fell the most (facts: queries recalled; tool calls: far targets)."""
     config, length = source["config"], source["length"]
     mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
 
-    def accuracy(entry: dict) -> float | None:
-        return entry["far"]["accuracy"] if config == "tool_calls" else entry["query_accuracy"]
-
     drops = []
     for item_id, entry in mine.items():
-        a, b = accuracy(entry), accuracy(theirs.get(item_id, entry))
+        a, b = item_metric(config, entry)[1], item_metric(config, theirs.get(item_id, entry))[1]
         if a is not None and b is not None and a < b:
             drops.append((b - a, item_id, b, a))
     drops.sort(key=lambda d: (-d[0], d[1]))
@@ -239,6 +246,16 @@ def rules_losers(model_sets: dict, config: str, length: str, placement: str, fam
 # ------------------------------------------------------------------ items
 
 
+def rule_effect_loss(mine: dict, theirs: dict) -> tuple[float, float, float] | None:
+    """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
+    rules target scored on both sides; None when the reference's effect is too small to count."""
+    eff = mine["score_with"] - mine["score_without"]
+    eff_ref = theirs["score_with"] - theirs["score_without"]
+    if abs(eff_ref) < COUNT_NATS:
+        return None
+    return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
+
+
 def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float | None:
     """Mean loss of one item against the baseline, in nats: facts and tool calls, the
     log-probability lost per scored token; rules, the rule effect lost per counted target."""
@@ -249,9 +266,9 @@ def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float
         if not (is_scored(a) and is_scored(b)):
             continue
         if config_kind(config) == "rules":
-            eff, eff_ref = a["score_with"] - a["score_without"], b["score_with"] - b["score_without"]
-            if abs(eff_ref) >= COUNT_NATS:
-                losses.append((eff_ref - eff) * (1 if eff_ref > 0 else -1))
+            counted = rule_effect_loss(a, b)
+            if counted is not None:
+                losses.append(counted[0])
         else:
             losses.extend(lb - la for la, lb in zip(a["logprobs"], b["logprobs"]))
     return sum(losses) / len(losses) if losses else None

@@ -9,14 +9,14 @@ item's loss is the gate's ``item_drop``, so the numbers here are the ones it jud
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 from .baseline import ScoresFile
 from .data.load import Dataset
 from .data.records import FactItem, Item, RuleItem, ToolItem, config_kind
-from .gate import Thresholds, item_drop, item_key
+from .gate import Thresholds, item_drop, item_key, item_metric, rule_effect_loss
 from .metrics.raw import Record, is_scored, mean
-from .metrics.rules import COUNT_NATS, FOLLOW_SHARE
+from .metrics.rules import FOLLOW_SHARE
 
 BEFORE_CHARS = 160
 AFTER_CHARS = 60
@@ -76,28 +76,17 @@ class ItemLoss:
         return self.loss is None or self.loss <= self.threshold + 1e-12
 
 
-def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
-    """An item's headline metric in a set's ``per_item`` (facts-like configs: queries recalled)."""
-    kind = config_kind(config)
-    if kind == "tool_calls":
-        return "far accuracy", entry["far"]["accuracy"]
-    if kind == "rules":
-        return "retained", entry["retained"]
-    return "query accuracy", entry["query_accuracy"]
-
-
 def target_loss(config: str, mine: Record, theirs: Record) -> tuple[float, float, float, bool, bool] | None:
     """(loss, baseline, model, hit under the baseline, hit under the model) of one target
     scored on both sides, or None (not scored, or a rules target the reference ignores)."""
     if not (is_scored(mine) and is_scored(theirs)):
         return None
     if config_kind(config) == "rules":
-        eff = mine["score_with"] - mine["score_without"]
-        eff_ref = theirs["score_with"] - theirs["score_without"]
-        if abs(eff_ref) < COUNT_NATS:
+        counted = rule_effect_loss(mine, theirs)
+        if counted is None:
             return None
-        direction = 1.0 if eff_ref > 0 else -1.0
-        return (eff_ref - eff) * direction, eff_ref, eff, True, eff / eff_ref >= FOLLOW_SHARE
+        loss, eff_ref, eff = counted
+        return loss, eff_ref, eff, True, eff / eff_ref >= FOLLOW_SHARE
     model, baseline = mean(mine["logprobs"]), mean(theirs["logprobs"])
     assert model is not None and baseline is not None  # a scored target has at least one token
     return baseline - model, baseline, model, all(theirs["hits"]), all(mine["hits"])
