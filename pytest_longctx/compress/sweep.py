@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import LongctxError
-from ..report import number, table
+from ..report import delta, number, table
 from .interface import parse_value
 
 # A knob sweep per built-in method, spanning light to heavy compression of the builtin
@@ -55,10 +55,6 @@ class Point:
     def value(self, key: str) -> float | None:
         return self.rows.get(key, (None, None))[1]
 
-    def delta(self, key: str) -> float | None:
-        full, compressed = self.rows.get(key, (None, None))
-        return None if full is None or compressed is None else compressed - full
-
     def savings_and(self, key: str) -> tuple[float, float] | None:
         """(realized savings, the row's value), when both are known."""
         savings, value = self.value("savings"), self.value(key)
@@ -97,7 +93,8 @@ def pareto_table(points: Sequence[Point], layer_b: bool) -> str:
     for n, p in enumerate(points):
         line = [p.method, p.knob_text, number(p.value("savings")), *(number(p.value(k)) for k in COLUMNS)]
         if layer_b:
-            line += [_signed(p.delta("answer-recall")), _signed(p.delta("answer-logprob"))]
+            pairs = (p.rows.get(key, (None, None)) for key in ("answer-recall", "answer-logprob"))
+            line += [delta(compressed, full) for full, compressed in pairs]  # compressed - full
         lines.append(line + ["*" if n in front else ""])
     return table([*headers, "Pareto"], lines)
 
@@ -117,6 +114,3 @@ def matched_table(points: Sequence[Point]) -> str:
         lines.append([method, *cells])
     return table(["method", *(f"at {level:.0%} savings" for level in MATCHED_SAVINGS)], lines)
 
-
-def _signed(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.3f}"
