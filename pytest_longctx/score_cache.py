@@ -4,7 +4,8 @@ look-ups.
 A request's key digests the backend's identity — the fingerprints of its weights and its
 configuration (never the model's name), dtype, device kind and settings — with the
 request's token ids and reads. A changed checkpoint has other weights or another
-configuration, hence other keys: it is never served a stale answer. Backends that do not fingerprint their weights are not cached.
+configuration, hence other keys: it is never served a stale answer. Backends that do
+not fingerprint their weights are not cached.
 """
 from __future__ import annotations
 

@@ -52,11 +52,14 @@ def _complete(root: Path, length: str) -> Path:
     return root / f".complete-{length}"
 
 
-def _build_once(root: Path, part: str, make: Callable[[Path], None]) -> None:
+def _build_once(root: Path, part: str, make: Callable[[Path], None], announce: str | None = None) -> None:
     """Build ``part`` (a length, or the faithfulness config) into a temporary folder with
-    ``make``, move its parquet files into place and mark it complete; skip it if marked."""
+    ``make``, move its parquet files into place and mark it complete; skip it if marked.
+    ``announce`` is printed before a build that happens."""
     if _complete(root, part).exists():
         return
+    if announce:
+        print(announce, file=sys.stderr, flush=True)
     partial = root / f".building-{part}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     try:
@@ -76,8 +79,6 @@ def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
     root = cache_dir("builtin", fingerprint())
     _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)))
     for length in DEFAULT_LENGTHS if lengths is None else lengths:
-        if not _complete(root, length).exists():
-            print(f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)",
-                  file=sys.stderr, flush=True)
-        _build_once(root, length, lambda folder: build(folder, [length], DEFAULT_SEED))
+        _build_once(root, length, lambda folder: build(folder, [length], DEFAULT_SEED),
+                    f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)")
     return root
