@@ -40,6 +40,10 @@ class Comparison:
     def passed(self) -> bool:
         return not self.errors and not self.failing and not self.failing_items
 
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
     def to_json(self, count: int = 0) -> dict[str, Any]:
         """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
         evaluation = self.evaluation

@@ -98,7 +98,7 @@ def items(comparison: Comparison, count: int) -> Section:
     all of them, by their metrics, when no per-target scores are at hand."""
     measured = [i for i in comparison.items if i.loss is not None] or comparison.items
     lines = [[i.key, i.metric, number(i.baseline), number(i.model), number(i.loss), f"<= {i.threshold:g}",
-              "n/a" if i.loss is None else "PASS" if i.passed else "FAIL"] for i in top(measured, count)]
+              i.verdict] for i in top(measured, count)]
     headers = ["item", "metric", "baseline", "model", "nats lost", "allowed", "verdict"]
     return Section(f"Items that lost the most ({len(comparison.failing_items)} of {len(comparison.items)} over the limit)",
                    headers, lines)
@@ -129,7 +129,7 @@ def failing_lines(comparison: Comparison) -> list[str]:
 
 
 def text_report(comparison: Comparison, count: int = 10) -> str:
-    verdict = "PASS" if comparison.passed else "FAIL"
+    verdict = comparison.verdict
     out = [f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}"]
     out += [f"error: {error}" for error in comparison.errors]
     out += [f"note: {note}" for note in comparison.notes]

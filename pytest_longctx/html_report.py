@@ -110,7 +110,7 @@ def _drill_down(comparison: Comparison) -> str:
     lost = [i for i in comparison.items if f"{i.config}/{i.length}/{i.item_id}" in by_item][:DRILL_ITEMS]
     for item in lost:
         found = by_item[f"{item.config}/{item.length}/{item.item_id}"]
-        verdict = "n/a" if item.loss is None else "PASS" if item.passed else "FAIL"
+        verdict = item.verdict
         summary = (f"{item.key}: {item.metric} {number(item.baseline)} -> {number(item.model)}, "
                    f"lost {number(item.loss)} nats (allowed {item.threshold:g}) {verdict}")
         targets = "".join(f"<li>{escape(tables.target_head(t))}{_snippet(t)}</li>" for t in found)
@@ -127,7 +127,7 @@ def _notes(lines: Sequence[str]) -> str:
 
 
 def html_report(comparison: Comparison) -> str:
-    verdict = "PASS" if comparison.passed else "FAIL"
+    verdict = comparison.verdict
     failing, sets = tables.failing_lines(comparison), tables.set_metrics(comparison)
     parts = [
         f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',

@@ -75,6 +75,10 @@ class ItemLoss:
     def passed(self) -> bool:
         return self.loss is None or self.loss <= self.threshold + 1e-12
 
+    @property
+    def verdict(self) -> str:
+        return "n/a" if self.loss is None else "PASS" if self.passed else "FAIL"
+
 
 def target_loss(config: str, mine: Record, theirs: Record) -> tuple[float, float, float, bool, bool] | None:
     """(loss, baseline, model, hit under the baseline, hit under the model) of one target

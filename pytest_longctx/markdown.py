@@ -25,7 +25,7 @@ def fenced(text: str) -> str:
 
 
 def _heading(comparison: Comparison) -> list[str]:
-    verdict = "PASS" if comparison.passed else "FAIL"
+    verdict = comparison.verdict
     lines = [f"## longctx: {verdict}", "", f"`{comparison.model}` against {comparison.baseline}, mode {comparison.mode}"]
     lines += [f"> **error**: {error}" for error in comparison.errors]
     lines += [f"> note: {note}" for note in comparison.notes]
