@@ -40,7 +40,7 @@ def tiny_model(vocab_size: int, hidden: int = 64, layers: int = 4):
 def load(model: str):
     from pytest_longctx.backends import load_backend
     from pytest_longctx.backends.hf import TransformersBackend
-    from pytest_longctx.qwen import qwen35_tokenizer
+    from pytest_longctx.data.qwen import qwen35_tokenizer
 
     if model == "tiny":
         tokenizer = qwen35_tokenizer()
@@ -69,7 +69,7 @@ def naive_run(backend: Any, plans: list) -> int:
 
 def engine_run(backend: Any, plans: list) -> int:
     """The engine, counting the tokens its sessions really forward."""
-    from pytest_longctx import engine
+    from pytest_longctx.scoring import engine
 
     forwarded = [0]
     make_session = backend.session
@@ -136,10 +136,10 @@ def row(name: str, lower: int, whole: int, naive: dict, lean: dict) -> list[str]
 
 
 def bench_data(args: argparse.Namespace) -> None:
-    from pytest_longctx import engine
+    from pytest_longctx.scoring import engine
     from pytest_longctx.data.load import load_dataset
-    from pytest_longctx.report import table
-    from pytest_longctx.tokens import choose_mode, plan_reads
+    from pytest_longctx.reports.text import table
+    from pytest_longctx.scoring.reads import choose_mode, plan_reads
 
     backend = load(args.model)
     rows, notes = [], []
@@ -170,7 +170,7 @@ def bench_data(args: argparse.Namespace) -> None:
 def bench_single(length: int) -> None:
     """One sequence of ``length`` tokens, reads at 64 positions: chunked engine vs full logits."""
     from pytest_longctx.backends.hf import TransformersBackend
-    from pytest_longctx.report import table
+    from pytest_longctx.reports.text import table
 
     vocab = 32000
     backend = TransformersBackend(tiny_model(vocab), None, name="tiny")

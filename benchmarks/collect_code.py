@@ -3,7 +3,7 @@
 Run once, in an environment where the projects below are installed from their wheels;
 the package ships the result (``sources/code/``) and never needs this script:
 
-    python benchmarks/collect_code.py pytest_longctx/bench/sources/code
+    python benchmarks/collect_code.py pytest_longctx/data/builtin/sources/code
 
 Only projects whose licence allows redistribution with attribution (MIT, BSD, ISC,
 Apache-2.0) are taken; each project's licence text is copied next to the files.

@@ -3,7 +3,7 @@
 Run once when the source changes; the package ships the result and never needs this
 script (or the dump) at run time:
 
-    python benchmarks/extract_wikipedia.py DUMP.xml.bz2 pytest_longctx/bench/sources/wikipedia/articles.jsonl.gz
+    python benchmarks/extract_wikipedia.py DUMP.xml.bz2 pytest_longctx/data/builtin/sources/wikipedia/articles.jsonl.gz
 
 The input is the shortened English Wikipedia dump in the test data of the gensim wheel
 (``gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2``).

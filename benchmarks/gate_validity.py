@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from variants import VARIANTS, build  # noqa: E402
 
-from pytest_longctx.report import number, table  # noqa: E402
+from pytest_longctx.reports.text import number, table
 
 
 HERE = Path(__file__).parent

@@ -34,9 +34,9 @@ def tiny_inputs(folder: Path) -> tuple[str, str, str]:
     from itemkit import build_rows, write_split
 
     from pytest_longctx.backends.hf import TransformersBackend
-    from pytest_longctx.qwen import qwen35_tokenizer
-    from pytest_longctx.report import write_json
-    from pytest_longctx.scoring import score_sets
+    from pytest_longctx.data.qwen import qwen35_tokenizer
+    from pytest_longctx.reports.text import write_json
+    from pytest_longctx.scoring.pipeline import score_sets
 
     tokenizer = qwen35_tokenizer()
     rows = build_rows(tokenizer, lengths=("2k", "8k"))

@@ -60,7 +60,7 @@ def kv_quantized(bits: int, group: int) -> Callable[..., Any]:
 
     def factory(model: str, dtype: str, device: str) -> Any:
         from pytest_longctx.backends.hf import TransformersBackend
-        from pytest_longctx.models import resolve_model
+        from pytest_longctx.backends.aliases import resolve_model
 
         label = f"int{bits}-g{group} per token"
         backend = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device,
@@ -93,7 +93,7 @@ def local_window(folder: Path, window: int) -> None:
 def build(model_ref: str, out: Path, names: tuple[str, ...] = VARIANTS) -> dict[str, Path]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pytest_longctx.models import resolve_model
+    from pytest_longctx.backends.aliases import resolve_model
 
     source = resolve_model(model_ref)
     steps: dict[str, Callable[[Any], None]] = {

@@ -31,7 +31,7 @@ def _private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer(_private_cache):
-    from pytest_longctx.qwen import qwen35_tokenizer
+    from pytest_longctx.data.qwen import qwen35_tokenizer
 
     return qwen35_tokenizer()
 

@@ -26,9 +26,9 @@ def degraded_model(model):
 def score_pair(model, tokenizer, data_dir: Path, folder: Path) -> Pair:
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.data.load import load_dataset
-    from pytest_longctx.report import write_json
-    from pytest_longctx.score_cache import ScoreCache
-    from pytest_longctx.scoring import score_sets
+    from pytest_longctx.reports.text import write_json
+    from pytest_longctx.scoring.cache import ScoreCache
+    from pytest_longctx.scoring.pipeline import score_sets
 
     dataset = load_dataset(str(data_dir), lengths=["2k"])
 

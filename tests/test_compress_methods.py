@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from pytest_longctx.bench.faithfulness import build_faithfulness
+from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.compress.evaluate import Reader, compress_one
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.methods import last_messages, selective_context, sentence_relevance, sentences

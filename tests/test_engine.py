@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import perturbed
-from pytest_longctx import engine, prefix_tree
+from pytest_longctx.scoring import engine, prefix_tree
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.score_cache import ScoreCache
-from pytest_longctx.tokens import plan_reads
+from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.reads import plan_reads
 
 
 def test_the_prefix_tree_holds_each_distinct_prefix_once():

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_longctx.bench.faithfulness import DEFAULT_ITEMS, build_faithfulness, item_plan
-from pytest_longctx.bench.faithfulness_facts import LOW_SURPRISAL, STANDARD
-from pytest_longctx.bench.text import code_files, wikipedia_articles
+from pytest_longctx.data.builtin.faithfulness import DEFAULT_ITEMS, build_faithfulness, item_plan
+from pytest_longctx.data.builtin.faithfulness_facts import LOW_SURPRISAL, STANDARD
+from pytest_longctx.data.builtin.text import code_files, wikipedia_articles
 from pytest_longctx.cli import main
-from pytest_longctx.compress.data import load_sessions
+from pytest_longctx.data.sessions import load_sessions
 from pytest_longctx.compress.words import content_words
 from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, session_text
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from itemkit import write_split
-from pytest_longctx.compress.data import load_sessions
+from pytest_longctx.data.sessions import load_sessions
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import FaithfulnessItem, Message
 from pytest_longctx.errors import DataError, LongctxError
@@ -93,9 +93,9 @@ def test_no_sessions_in_a_folder_says_which_layouts_are_read(tmp_path):
 
 
 def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path, rows):
-    from pytest_longctx.baseline import ScoresFile
-    from pytest_longctx.options import read_options
-    from pytest_longctx.runner import GateRun
+    from pytest_longctx.scoring.scores_file import ScoresFile
+    from pytest_longctx.gate.options import read_options
+    from pytest_longctx.gate.model_run import GateRun
 
     write_split(tmp_path, "facts", "2k", rows[("facts", "2k")])
     write_split(tmp_path, "faithfulness", "train", [published_row("s0000")])

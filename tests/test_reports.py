@@ -173,12 +173,12 @@ def test_the_html_report_is_one_self_contained_file(pair, capsys, tmp_path):
 
 
 def test_without_matplotlib_the_html_report_keeps_its_tables(pair, monkeypatch):
-    from pytest_longctx import plots
-    from pytest_longctx.baseline import load_scores
-    from pytest_longctx.compare import compare_files
-    from pytest_longctx.compare_inputs import read_results
-    from pytest_longctx.gate import Thresholds
-    from pytest_longctx.html_report import html_report
+    from pytest_longctx.reports import plots
+    from pytest_longctx.scoring.scores_file import load_scores
+    from pytest_longctx.gate.comparison import compare_files
+    from pytest_longctx.gate.results import read_results
+    from pytest_longctx.gate.verdicts import Thresholds
+    from pytest_longctx.reports.html import html_report
 
     monkeypatch.setattr(plots, "available", lambda: False)
     html = html_report(compare_files(load_scores(pair.baseline), read_results(str(pair.results)), None, Thresholds()))
@@ -202,7 +202,7 @@ def test_without_the_data_the_numbers_stay_and_the_texts_go(pair, data_dir, tmp_
 
     moved = _rewrite(pair.results, tmp_path / "moved.json", move)
     baseline = tmp_path / "baseline.json.gz"
-    from pytest_longctx.baseline import load_scores
+    from pytest_longctx.scoring.scores_file import load_scores
 
     scores = load_scores(pair.baseline)
     scores.meta["data_source"] = str(tmp_path / "moved")
@@ -269,8 +269,8 @@ def test_bad_input_is_one_line_naming_the_file(pair, tmp_path, capsys):
 
 
 def test_distance_buckets_share_hits_per_bucket():
-    from pytest_longctx.distance import buckets
-    from pytest_longctx.losses import TargetLoss
+    from pytest_longctx.gate.distance import buckets
+    from pytest_longctx.gate.losses import TargetLoss
 
     def target(config, distance, hit_baseline, hit_model):
         return TargetLoss(config, "8k", "x", 0, 0.0, 0.0, 0.0, hit_baseline, hit_model, distance_tokens=distance)

@@ -138,7 +138,7 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
 
     from matplotlib.image import imread
 
-    from pytest_longctx.plots import BASELINE_COLOUR
+    from pytest_longctx.reports.plots import BASELINE_COLOUR
 
     shot = tmp_path / "report.png"
     chromium(tmp_path, "--window-size=1200,1400", f"--screenshot={shot}", url)

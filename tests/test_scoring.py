@@ -8,9 +8,9 @@ import pytest
 import naive
 from conftest import perturbed
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.baseline import load_scores
+from pytest_longctx.scoring.scores_file import load_scores
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.scoring import score_sets
+from pytest_longctx.scoring.pipeline import score_sets
 
 TOL = 1e-4
 

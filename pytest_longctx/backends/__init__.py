@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..errors import LongctxError
+from pytest_longctx.errors import LongctxError
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto") -> tuple[Any, Any]:
@@ -16,8 +16,8 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     is its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode).
     """
     if backend == "hf":
-        from ..models import resolve_model
-        from .hf import TransformersBackend
+        from pytest_longctx.backends.aliases import resolve_model
+        from pytest_longctx.backends.hf import TransformersBackend
 
         loaded = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model)
         return loaded, loaded.tokenizer

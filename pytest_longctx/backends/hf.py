@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import LongctxError
-from .base import ReadResult
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.backends.base import ReadResult
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Tokens per forward call. A call on top of a cached prefix needs an explicit attention

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..data.records import FaithfulnessItem, Message
-from ..errors import LongctxError
-from .methods import BUILTIN
+from pytest_longctx.data.records import FaithfulnessItem, Message
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.compress.methods import BUILTIN
 
 SERVICES = ("tokenizer", "scorer")
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .words import content_words
+from pytest_longctx.compress.words import content_words
 
 Messages = list[dict[str, Any]]
 Span = tuple[int, int]

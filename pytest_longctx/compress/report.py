@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..report import delta, number, table, verdict_word, write_json
-from .gate import CompressionEvaluation, CompressorRun
+from pytest_longctx.reports.text import delta, number, table, verdict_word, write_json
+from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
 
 HEADERS = ["row", "full context", "compressed", "delta", "threshold", "verdict"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..data.records import FaithfulnessItem
-from ..metrics.faithfulness import Outcome, compression_summary
-from .evaluate import retained_facts
+from pytest_longctx.data.records import FaithfulnessItem
+from pytest_longctx.metrics.faithfulness import Outcome, compression_summary
+from pytest_longctx.compress.evaluate import retained_facts
 
 
 @dataclass(frozen=True)

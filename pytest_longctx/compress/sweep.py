@@ -8,9 +8,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..errors import LongctxError
-from ..report import delta, number, table
-from .interface import parse_value
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.reports.text import delta, number, table
+from pytest_longctx.compress.interface import parse_value
 
 # A knob sweep per built-in method, spanning light to heavy compression of the builtin
 # sessions (about 900 tokens each).

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import DataError, LongctxError
-from .records import ALL_CONFIGS, FAITHFULNESS, Item
-from .schema import ID_COLUMNS, check_columns, parse_item
+from pytest_longctx.errors import DataError, LongctxError
+from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, Item
+from pytest_longctx.data.schema import ID_COLUMNS, check_columns, parse_item
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
@@ -152,7 +152,7 @@ def resolve_source(data: str, lengths: Sequence[str] | None = None) -> Path:
     """A local folder for ``builtin`` (built on first use, only the lengths asked for), a
     path, or a hub id (downloaded when possible)."""
     if data == "builtin":
-        from ..bench.cache import builtin_dir
+        from pytest_longctx.data.builtin.cache import builtin_dir
 
         return builtin_dir(lengths)
     path = Path(data).expanduser()

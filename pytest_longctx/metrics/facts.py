@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..data.records import FactItem
-from .raw import Record, is_scored, mean, ratio, recall_counts
+from pytest_longctx.data.records import FactItem
+from pytest_longctx.metrics.raw import Record, is_scored, mean, ratio, recall_counts
 
 
 def item_summary(records: Sequence[Record]) -> dict[str, Any]:

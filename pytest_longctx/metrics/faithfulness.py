@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, SUITES, FaithfulnessItem
-from .facts import item_summary
-from .raw import Record, is_scored, mean, ratio, recall_counts
+from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, SUITES, FaithfulnessItem
+from pytest_longctx.metrics.facts import item_summary
+from pytest_longctx.metrics.raw import Record, is_scored, mean, ratio, recall_counts
 
 GROUPS: dict[str, tuple[str, ...]] = {"probe_type": PROBE_TYPES, "depth": DEPTHS, "placement": FACT_PLACEMENTS,
                                       "suite": SUITES}

@@ -8,34 +8,9 @@ kept as ``None`` (JSON has no NaN): the target is counted as ``nonfinite``.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from ..data.records import RuleItem
-from ..engine import ItemScores
-from ..tokens import ItemReads
-
 Record = dict[str, Any]
-
-
-def _number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def target_records(plan: ItemReads, scores: ItemScores) -> list[Record]:
-    records: list[Record] = []
-    for target, read_scores in zip(plan.targets, scores):
-        if read_scores is None:
-            records.append({"unaligned": target.unaligned})
-        elif isinstance(plan.item, RuleItem):
-            without, with_rule = read_scores
-            records.append({"score_without": _number(without.logprob), "score_with": _number(with_rule.logprob)})
-        else:
-            records.append({
-                "hits": [s.top1 == r.token for s, r in zip(read_scores, target.reads)],
-                "logprobs": [_number(s.logprob) for s in read_scores],
-            })
-    return records
 
 
 def values(record: Record) -> list[float | None]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..data.load import length_tokens, sorted_lengths
-from ..data.records import FAITHFULNESS, FAMILIES, PLACEMENTS
+from pytest_longctx.data.load import length_tokens, sorted_lengths
+from pytest_longctx.data.records import FAITHFULNESS, FAMILIES, PLACEMENTS
 
 KEPT = {
     "rules_en": "Rules kept far back, worst case (1.00 = as the original)",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..data.records import FAMILIES, PLACEMENTS, RuleItem
-from .raw import Record, is_nonfinite, is_scored, mean, ratio
+from pytest_longctx.data.records import FAMILIES, PLACEMENTS, RuleItem
+from pytest_longctx.metrics.raw import Record, is_nonfinite, is_scored, mean, ratio
 
 COUNT_NATS = 1.0
 FOLLOW_SHARE = 0.5

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..data.records import TOOL_KINDS, ToolItem, ToolTarget
-from .raw import Record, is_nonfinite, is_scored, mean, ratio
+from pytest_longctx.data.records import TOOL_KINDS, ToolItem, ToolTarget
+from pytest_longctx.metrics.raw import Record, is_nonfinite, is_scored, mean, ratio
 
 GROUPS = ("far", "fresh", "near")
 

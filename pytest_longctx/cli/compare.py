@@ -1,0 +1,87 @@
+"""``longctx compare BASELINE RESULTS``: a model against its baseline, every row and cell
+side by side, the gate's verdicts and what was lost, as text, markdown, JSON or HTML.
+Exit status 1 when a check fails, as the gate would."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from pytest_longctx.scoring.scores_file import load_scores
+from pytest_longctx.gate.comparison import Comparison, compare_files
+from pytest_longctx.gate.results import read_results
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.verdicts import Thresholds, parse_overrides
+
+FORMATS = ("text", "markdown", "json", "html")
+
+
+def _nonnegative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number >= 0")
+    return number
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    defaults = Thresholds()
+    p = sub.add_parser("compare", help="compare results with a baseline: rows, cells, verdicts, what was lost",
+                       description="Compare a model's results with its baseline, as the gate judges them, and show "
+                                   "the items and targets that lost the most, with the text around each target.")
+    p.add_argument("baseline", metavar="BASELINE", help="the baseline or reference scores file (.json.gz)")
+    p.add_argument("results", metavar="RESULTS",
+                   help="the model's results JSON (longctx score --out, pytest --longctx-out) or scores file (--save_scores)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), markdown, json or html")
+    p.add_argument("--out", metavar="PATH", help="write the report here instead of to stdout")
+    p.add_argument("--data", metavar="DIR", help="the data both were scored on (default: the one named in their meta)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="items and targets shown (default 10; 0: all)")
+    p.add_argument("--max-drop", type=_nonnegative, default=defaults.drop,
+                   help=f"largest allowed accuracy drop, facts and distant tool calls (default {defaults.drop:g})")
+    p.add_argument("--min-retained", type=_nonnegative, default=defaults.retained,
+                   help=f"lowest allowed retained rule effect per cell (default {defaults.retained:g})")
+    p.add_argument("--min-follow", type=_nonnegative, default=defaults.follow,
+                   help=f"lowest allowed share of rules followed (default {defaults.follow:g})")
+    p.add_argument("--item-max-drop", type=_nonnegative, default=defaults.item_drop,
+                   help=f"largest allowed mean loss of one item, nats (default {defaults.item_drop:g})")
+    p.add_argument("--threshold", action="append", default=[], metavar="PATTERN:METRIC=VALUE",
+                   help="per row, cell or item, as the plugin's --longctx-threshold; repeatable")
+    p.set_defaults(run=run)
+
+
+def render(comparison: Comparison, fmt: str, top: int) -> str:
+    if fmt == "markdown":
+        from pytest_longctx.reports.markdown import markdown_report
+
+        return markdown_report(comparison, top)
+    if fmt == "json":
+        return json.dumps(comparison.to_json(top), indent=2, allow_nan=False) + "\n"
+    if fmt == "html":
+        from pytest_longctx.reports.html import html_report
+
+        return html_report(comparison)
+    from pytest_longctx.reports.tables import text_report
+
+    return text_report(comparison, top)
+
+
+def run(args: argparse.Namespace) -> int:
+    thresholds = Thresholds(drop=args.max_drop, retained=args.min_retained, follow=args.min_follow,
+                            item_drop=args.item_max_drop, overrides=parse_overrides(args.threshold, "--threshold"))
+    baseline = load_scores(args.baseline, "baseline")
+    comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
+    report = render(comparison, args.format, args.top)
+    if args.out:
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(report, encoding="utf-8")
+        except OSError as exc:
+            raise LongctxError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
+        print(f"longctx: {args.format} report written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(report)
+    return 0 if comparison.passed else 1

@@ -1,0 +1,49 @@
+"""``longctx score``: a superset of the benchmark's own score.py."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.scoring.scores_file import load_scores
+from pytest_longctx.cli.args import add_reader_arguments, comma_list
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.reports.text import rows_table, write_json
+from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.pipeline import require_finite, score_sets
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("score", help="score a model teacher-forced on the benchmark",
+                       description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
+    p.add_argument("--model", required=True, help="hub id, local folder, or .gguf file")
+    p.add_argument("--data", default="builtin", help="'builtin' (default), a local folder in the HF layout, or a hub id")
+    p.add_argument("--sets", type=comma_list, help="configs to score, comma-separated (default: all present)")
+    p.add_argument("--lengths", type=comma_list, help="splits to score, e.g. 2k,8k (default: all present)")
+    p.add_argument("--limit", type=int, help="the first N items of each config and length")
+    p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (SPEC §1.2)")
+    p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
+    p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
+                   help="the reference model's saved scores: the rules effects are measured against it")
+    p.add_argument("--out", metavar="PATH", help="write the results JSON")
+    add_reader_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
+    reference = load_scores(args.reference_scores) if args.reference_scores else None
+    backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device)
+    cache = ScoreCache.for_backend(backend, args.cache_dir)
+    results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
+                         cache=cache)
+    for warning in results.warnings:
+        print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
+    print(rows_table(results.rows))
+    print(f"mode: {results.mode}; reference: {results.reference or 'none (the model is its own)'}")
+    if args.out:
+        write_json(args.out, results.to_json())
+    if args.save_scores:
+        results.scores.save(args.save_scores)
+    require_finite(results)
+    return 0

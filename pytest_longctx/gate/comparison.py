@@ -1,0 +1,121 @@
+"""A model against its baseline: every row and cell side by side with the gate's verdicts,
+and what was lost item by item and target by target. Built from a gate run (the
+plugin's reports) or from files (``longctx compare``)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
+from pytest_longctx.gate.results import Results, find_data
+from pytest_longctx.data.records import config_kind
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.verdicts import Evaluation, Sets, Thresholds, Verdict, evaluate
+from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
+from pytest_longctx.reports.text import verdict_word
+from pytest_longctx.scoring.pipeline import compute_sets
+
+
+@dataclass
+class Comparison:
+    model: str
+    baseline: str
+    mode: str
+    evaluation: Evaluation
+    thresholds: Thresholds
+    items: list[ItemLoss]  # worst first
+    targets: list[TargetLoss]  # worst first
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
+
+    @property
+    def failing(self) -> list[Verdict]:
+        return [v for v in self.evaluation.verdicts if v.applicable and not v.passed]
+
+    @property
+    def failing_items(self) -> list[ItemLoss]:
+        return [i for i in self.items if not i.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors and not self.failing and not self.failing_items
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    def to_json(self, count: int = 0) -> dict[str, Any]:
+        """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
+        evaluation = self.evaluation
+        shown = (lambda xs: xs[:count]) if count > 0 else (lambda xs: xs)
+        return {
+            "model": self.model, "baseline": self.baseline, "mode": self.mode, "passed": self.passed,
+            "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
+            "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows, "row_sources": evaluation.row_sources,
+            "verdicts": [{**asdict(v), "verdict": verdict_word(v)} for v in evaluation.verdicts],
+            "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
+            "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
+            "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
+            "counts": {"items": len(self.items), "failing_items": len(self.failing_items), "targets": len(self.targets)},
+        }
+
+
+def model_name(meta: dict[str, Any]) -> str:
+    return str(meta.get("model") or meta.get("backend") or "unnamed model")
+
+
+def from_gate_run(run: Any, evaluation: Evaluation) -> Comparison:
+    """The comparison of a finished gate run (a ``runner.GateRun``)."""
+    baseline = run.baseline if run.baseline is not None else run.scores
+    items, targets = losses(run.scores, baseline, evaluation.sets, evaluation.baseline_sets, run.thresholds,
+                            run.dataset)
+    against = (f"baseline {run.baseline_path}" if run.baseline is not None else
+               "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
+    errors = [e for e in (run.missing_baseline, run.failure) if e]
+    return Comparison(str(run.options.model), against, run.scores.mode or "n/a", evaluation, run.thresholds,
+                      items, targets, errors=errors)
+
+
+def _stored_sets(results: Results, baseline: ScoresFile) -> tuple[Sets, Sets]:
+    """Both sides' metrics as their files stored them, on the same items."""
+    recompute = "pass --data DIR (the data they were scored on) so both are computed from the raw scores"
+    if results.sets is None:
+        raise LongctxError(f"results {results.path}: a scores file without metrics; {recompute}")
+    if baseline.sets is None:
+        raise LongctxError(f"baseline {baseline.path}: holds no metrics (made by --save_scores); {recompute}")
+    baseline_sets: Sets = {}
+    for config, by_length in results.sets.items():
+        for length, metrics in by_length.items():
+            theirs = baseline.sets.get(config, {}).get(length)
+            if theirs is None:
+                raise LongctxError(f"baseline {baseline.path}: has no metrics for {config}/{length}; {recompute}")
+            if set(theirs["per_item"]) != set(metrics["per_item"]):
+                raise LongctxError(f"baseline {baseline.path} and results {results.path}: their {config}/{length} "
+                                   f"metrics cover different items; {recompute}")
+            baseline_sets.setdefault(config, {})[length] = theirs
+    return results.sets, baseline_sets
+
+
+def compare_files(baseline: ScoresFile, results: Results, data: str | None, thresholds: Thresholds) -> Comparison:
+    """Recomputed from both sides' raw scores when the items are at hand (exactly as the
+    gate computes them), else from the metrics the files stored."""
+    notes: list[str] = []
+    dataset = None
+    if results.scores is not None:
+        needed = {(c, n, i): s.fingerprint for c, n, i, s in results.scores.items()}
+        check_fits(baseline, results.scores.mode, results.scores.meta.get("tokenizer", ""), needed, what="baseline")
+        dataset, note = find_data(data, needed, results, baseline)
+    else:
+        note = (f"results {results.path} holds no per-target scores (written by an older pytest-longctx): "
+                "only the metrics are compared; for per-target losses give its scores file (--save_scores)")
+    notes += [note] if note else []
+    if dataset is not None and results.scores is not None:
+        sets, baseline_sets = compute_sets(dataset, results.scores, baseline), compute_sets(dataset, baseline, None)
+    else:
+        sets, baseline_sets = _stored_sets(results, baseline)
+        if any(config_kind(c) == "rules" for c in sets):
+            notes.append(f"rules metrics as stored in {results.path}, measured against "
+                         f"{results.reference or 'the model itself'}")
+    items, targets = losses(results.scores, baseline, sets, baseline_sets, thresholds, dataset)
+    return Comparison(model_name(results.meta), f"baseline {baseline.path} ({model_name(baseline.meta)})",
+                      results.mode, evaluate(sets, baseline_sets, thresholds), thresholds, items, targets, notes)

@@ -1,0 +1,160 @@
+"""What a model lost against its baseline, item by item and target by target, with the
+text around each target when the items are at hand.
+
+A target's loss, in nats: facts and tool calls, the log-probability lost (the mean over
+the target's tokens); rules, the rule effect lost, ``eff_ref - eff`` in the direction
+of the reference's effect, over counted targets only (``|eff_ref| >= 1`` nat). An
+item's loss is the gate's ``item_drop``, so the numbers here are the ones it judged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from pytest_longctx.scoring.scores_file import ScoresFile
+from pytest_longctx.data.load import Dataset
+from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, config_kind
+from pytest_longctx.gate.verdicts import Thresholds, item_drop, item_key, item_metric, rule_effect_loss
+from pytest_longctx.metrics.raw import Record, is_scored, mean
+from pytest_longctx.metrics.rules import FOLLOW_SHARE
+
+BEFORE_CHARS = 160
+AFTER_CHARS = 60
+FAR_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """The target in its text, and what it needs from far back."""
+
+    before: str
+    target: str
+    after: str
+    far: str
+
+
+@dataclass(frozen=True)
+class TargetLoss:
+    config: str
+    length: str
+    item_id: str
+    index: int
+    loss: float
+    baseline: float  # facts/tool calls: mean log-probability of its tokens; rules: eff_ref
+    model: float  # the same for the model; rules: eff
+    hit_baseline: bool  # facts: recalled; tool calls: top-1 right; rules: followed (the reference always is)
+    hit_model: bool
+    distance_tokens: int | None = None
+    snippet: Snippet | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.config}/{self.length}/{self.item_id}#{self.index}"
+
+    @property
+    def turned_miss(self) -> bool:
+        return self.hit_baseline and not self.hit_model
+
+
+@dataclass(frozen=True)
+class ItemLoss:
+    config: str
+    length: str
+    item_id: str
+    metric: str  # the item's own headline metric
+    baseline: float | None
+    model: float | None
+    loss: float | None  # the gate's item_drop, nats; None without per-target scores
+    threshold: float
+
+    @property
+    def key(self) -> str:
+        return item_key(self.config, self.length, self.item_id)
+
+    @property
+    def passed(self) -> bool:
+        return self.loss is None or self.loss <= self.threshold + 1e-12
+
+    @property
+    def verdict(self) -> str:
+        return "n/a" if self.loss is None else "PASS" if self.passed else "FAIL"
+
+
+def target_loss(config: str, mine: Record, theirs: Record) -> tuple[float, float, float, bool, bool] | None:
+    """(loss, baseline, model, hit under the baseline, hit under the model) of one target
+    scored on both sides, or None (not scored, or a rules target the reference ignores)."""
+    if not (is_scored(mine) and is_scored(theirs)):
+        return None
+    if config_kind(config) == "rules":
+        counted = rule_effect_loss(mine, theirs)
+        if counted is None:
+            return None
+        loss, eff_ref, eff = counted
+        return loss, eff_ref, eff, True, eff / eff_ref >= FOLLOW_SHARE
+    model, baseline = mean(mine["logprobs"]), mean(theirs["logprobs"])
+    assert model is not None and baseline is not None  # a scored target has at least one token
+    return baseline - model, baseline, model, all(theirs["hits"]), all(mine["hits"])
+
+
+Spanned = Union[FactItem, ToolItem, RuleItem]  # items whose targets are spans of a stored text
+
+
+def spanned(item: Item | None) -> Spanned | None:
+    return item if isinstance(item, (FactItem, ToolItem, RuleItem)) else None
+
+
+def snippet(item: Spanned, index: int) -> Snippet:
+    """The text around target ``index`` of ``item`` and what it needs from far back."""
+    if isinstance(item, FactItem):
+        fact = item.targets[index]
+        text, span, far = item.text, fact.answer_char, f"fact: {fact.fact}"
+    elif isinstance(item, ToolItem):
+        call = item.targets[index]
+        text, span = item.text, call.char
+        definition = next((d for d in item.definitions if d.id == call.definition_id), None)
+        far = f"{definition.kind} definition: {definition.text}" if definition else f"definition {call.definition_id}"
+    else:
+        rule = item.targets[index]
+        text, span = item.text_with_rule, rule.char_with_rule
+        far = (f"rule ({item.placement} prompt, {item.family}): {item.rule} "
+               f"-- expects {rule.expected_text!r} where the session has {rule.original_text!r}")
+    start, end = max(0, span[0] - BEFORE_CHARS), min(len(text), span[1] + AFTER_CHARS)
+    return Snippet(before=("…" if start else "") + text[start:span[0]], target=text[span[0]:span[1]],
+                   after=text[span[1]:end] + ("…" if end < len(text) else ""), far=_shorten(far, FAR_CHARS))
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def losses(model: ScoresFile | None, baseline: ScoresFile, sets: dict, baseline_sets: dict, thresholds: Thresholds,
+           dataset: Dataset | None) -> tuple[list[ItemLoss], list[TargetLoss]]:
+    """Every evaluated item (worst first) and every target scored on both sides (worst
+    first). Without the model's raw scores only the items' metrics are known."""
+    items = {(c, n, item.id): item for c, n, item in dataset.items()} if dataset is not None else {}
+    found_items: list[ItemLoss] = []
+    found_targets: list[TargetLoss] = []
+    for config, by_length in sets.items():
+        for length, metrics in by_length.items():
+            for item_id, entry in metrics["per_item"].items():
+                mine = model.scores[config][length][item_id].targets if model is not None else None
+                theirs = baseline.scores[config][length][item_id].targets
+                metric, value = item_metric(config, entry)
+                _, base_value = item_metric(config, baseline_sets[config][length]["per_item"][item_id])
+                limit = thresholds.get(item_key(config, length, item_id), "item_drop")
+                assert limit is not None  # item_drop applies to every item by default
+                found_items.append(ItemLoss(config, length, item_id, metric, base_value, value,
+                                            item_drop(config, mine, theirs) if mine is not None else None, limit))
+                if mine is None:
+                    continue
+                record = spanned(items.get((config, length, item_id)))
+                for index, (a, b) in enumerate(zip(mine, theirs)):
+                    found = target_loss(config, a, b)
+                    if found is not None:
+                        found_targets.append(TargetLoss(
+                            config, length, item_id, index, *found,
+                            distance_tokens=record.targets[index].distance_tokens if record else None,
+                            snippet=snippet(record, index) if record else None))
+    found_items.sort(key=lambda i: (i.loss is None, -(i.loss or 0.0), i.key))
+    found_targets.sort(key=lambda t: (-t.loss, t.where))
+    return found_items, found_targets

@@ -1,0 +1,84 @@
+"""What ``longctx compare`` reads: the results side (a results JSON or a scores file) and
+the items they were scored on (for the text around each target)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
+from pytest_longctx.data.load import Dataset, load_dataset
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring.fingerprint import item_fingerprint
+
+Key = tuple[str, str, str]  # config, length, item id
+FIX = ("give a results JSON (longctx score --out, pytest --longctx-out) or a scores file "
+       "(longctx score --save_scores, a baseline)")
+
+
+@dataclass
+class Results:
+    """The side under test: raw scores when the file has them, the metrics it stored."""
+
+    path: str
+    mode: str
+    meta: dict[str, Any]
+    scores: ScoresFile | None
+    sets: dict[str, Any] | None
+    reference: str | None  # what its stored rules metrics were measured against
+
+
+def read_results(path: str) -> Results:
+    """A results JSON or a scores file; damage is one line naming the file and the fix."""
+    where = Path(path)
+    if not where.is_file():
+        raise LongctxError(f"results {path}: no such file; {FIX}")
+    body = read_json_file(where, "results", FIX)
+    if isinstance(body, dict) and body.get("format") == FORMAT:
+        whole = checked_scores(body, where, "results")
+        return Results(path, whole.mode, whole.meta, whole, whole.sets, None)
+    if not isinstance(body, dict) or not {"rows", "sets", "mode", "meta"} <= set(body):
+        raise LongctxError(f"results {path}: neither a results JSON nor a scores file; {FIX}")
+    try:
+        scores = scores_from_json(body, path) if "scores" in body else None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise LongctxError(f"results {path}: malformed per-target scores ({type(exc).__name__}: {exc}); "
+                           "write it again with this version of pytest-longctx") from None
+    return Results(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
+
+
+def find_data(explicit: str | None, needed: dict[Key, str], results: Results,
+              baseline: ScoresFile) -> tuple[Dataset | None, str | None]:
+    """(the scored items, None) or (None, why the texts cannot be shown).
+
+    The data is ``explicit`` (``--data``), else the one named in the results' or the
+    baseline's meta. Every needed item must be in it with the fingerprint it was scored
+    with; an explicit ``--data`` that fails is an error, a data source from the meta that
+    fails only leaves the texts out.
+    """
+    source = explicit or results.meta.get("data_source") or baseline.meta.get("data_source")
+    if not source:
+        return None, "the results name no data (meta data_source); pass --data DIR to see the text around each target"
+    named = "--data" if explicit else "the data named in the results' meta"
+
+    def refuse(problem: str) -> tuple[None, str]:
+        message = f"{named} {source}: {problem}"
+        if explicit:
+            raise LongctxError(message + "; pass the data the results were scored on")
+        return None, f"{message}; the texts around targets are left out (pass --data DIR, the data the results were scored on)"
+
+    configs = sorted({c for c, _, _ in needed})
+    lengths = sorted({n for _, n, _ in needed})
+    try:
+        dataset = load_dataset(source, sets=configs, lengths=lengths)
+    except LongctxError as exc:
+        return refuse(f"not available ({exc})")
+    chosen = dataset.select(set(needed))
+    found = {(c, n, item.id): item_fingerprint(item) for c, n, item in chosen.items()}
+    for key, fingerprint in sorted(needed.items()):
+        if key not in found:
+            return refuse(f"has no item {'/'.join(key)}")
+        if found[key] != fingerprint:
+            return refuse(f"item {'/'.join(key)} differs from the one scored (fingerprint {found[key]}, "
+                          f"scored {fingerprint})")
+    return chosen, None

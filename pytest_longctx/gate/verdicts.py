@@ -1,0 +1,284 @@
+"""Thresholds relative to the baseline: parse them, check rows, cells and items, explain.
+
+Check keys (what thresholds and test ids name):
+  rows   ``facts-8k``, ``tool_calls-8k``, ``rules_en-follow-8k``, ``rules_cs-retained-worst``
+  cells  ``rules_en-32k-user-redirect``, ``rules_en-32k-system-all``
+  items  ``facts-8k-<item id>``
+An override ``PATTERN:METRIC=VALUE`` (shell-style pattern over keys) sets one metric's
+threshold where it matches; the last matching override wins.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from pytest_longctx.data.records import FAMILIES, PLACEMENTS, config_kind
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.metrics.raw import is_scored
+from pytest_longctx.metrics.rows import headline_rows
+from pytest_longctx.metrics.rules import COUNT_NATS
+
+Sets = dict[str, dict[str, dict[str, Any]]]  # config -> length -> metrics
+
+# metric -> what its value bounds
+METRICS = {
+    "drop": "largest allowed drop of accuracy below the baseline (facts, distant tool calls)",
+    "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
+    "follow": "lowest allowed share of rules followed",
+    "item_drop": "largest allowed mean log-probability loss of one item, in nats",
+    # the compressor gate's (compress/gate.py): no global value, defaults per row
+    "retention": "lowest allowed share of facts kept by a context compressor",
+    "savings": "lowest allowed realized token savings of a context compressor",
+}
+
+
+@dataclass(frozen=True)
+class Override:
+    pattern: str
+    metric: str
+    value: float
+
+    @classmethod
+    def parse(cls, text: str) -> Override:
+        pattern, _, rest = text.rpartition(":")
+        metric, _, value = rest.partition("=")
+        if not pattern or metric not in METRICS or not value:
+            raise ValueError(f"{text!r}: expected PATTERN:METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{text!r}: {value!r} is not a number") from None
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"{text!r}: the value must be a finite number >= 0")
+        return cls(pattern, metric, number)
+
+    def __str__(self) -> str:
+        return f"{self.pattern}:{self.metric}={self.value:g}"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    drop: float = 0.05
+    retained: float = 0.90
+    follow: float = 0.90
+    item_drop: float = 1.0
+    overrides: tuple[Override, ...] = ()
+
+    def get(self, key: str, metric: str, default: bool = True) -> float | None:
+        """The threshold of ``metric`` at ``key``: the last matching override, else the
+        global value when ``default`` (the metric applies there by default), else None."""
+        found = getattr(self, metric) if default else None
+        for override in self.overrides:
+            if override.metric == metric and fnmatch.fnmatchcase(key, override.pattern):
+                found = override.value
+        return found
+
+    def describe(self) -> dict[str, str]:
+        values = {m: f"{getattr(self, m):g}" for m in METRICS if hasattr(self, m)}
+        values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
+        return values
+
+
+# ------------------------------------------------------------------ keys
+
+
+def row_key(source: dict[str, Any]) -> str:
+    config, metric = source["config"], source["metric"]
+    if config_kind(config) != "rules":
+        return f"{config}-{source['length']}" + (f"-{source['suite']}" if "suite" in source else "")
+    if "worst_of" in source:
+        return f"{config}-retained-worst"
+    return f"{config}-{metric}-{source['length']}"
+
+
+def cell_key(config: str, length: str, placement: str, family: str) -> str:
+    return f"{config}-{length}-{placement}-{family}"
+
+
+def item_key(config: str, length: str, item_id: str) -> str:
+    return f"{config}-{length}-{item_id}"
+
+
+def cell_metrics(thresholds: Thresholds, key: str, family: str, placement: str) -> dict[str, float]:
+    """Thresholds that apply to a cell: retained in every family cell and follow in the
+    system-prompt cell of all families by default, anything an override adds."""
+    found = {
+        "retained": thresholds.get(key, "retained", default=family != "all"),
+        "follow": thresholds.get(key, "follow", default=family == "all" and placement == "system"),
+    }
+    return {metric: value for metric, value in found.items() if value is not None}
+
+
+def cells(config: str, lengths: Iterable[str]) -> list[tuple[str, str, str, str]]:
+    return [(config, length, placement, family) for length in lengths for placement in PLACEMENTS
+            for family in ("all", *FAMILIES)]
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+@dataclass
+class Verdict:
+    key: str
+    label: str  # the row name or a cell's description
+    metric: str
+    model: float | None
+    baseline: float | None
+    threshold: float  # the model value must reach this
+    rule: str  # how the threshold came about
+    losers: list[str] = field(default_factory=list)
+    reference: str = "baseline"  # what ``baseline`` is the value of (compressor gate: the full context)
+
+    @property
+    def applicable(self) -> bool:
+        return self.model is not None
+
+    @property
+    def passed(self) -> bool:
+        return self.model is None or self.model >= self.threshold - 1e-12
+
+    def message(self) -> str:
+        head = (f"{self.label}: {self.metric} {fmt(self.model)} ({self.reference} {fmt(self.baseline)}), "
+                f"needs >= {self.threshold:.3f} ({self.rule})")
+        if self.losers:
+            head += "; lost the most: " + "; ".join(self.losers)
+        return head
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_sets: dict,
+                model_rows: dict, baseline_rows: dict, thresholds: Thresholds) -> Verdict:
+    key = row_key(source)
+    model, baseline = model_rows.get(name), baseline_rows.get(name)
+    if config_kind(source["config"]) != "rules":
+        drop = thresholds.get(key, "drop")
+        threshold = (baseline if baseline is not None else 0.0) - drop
+        rule = f"baseline - {drop:g}"
+        losers = accuracy_losers(source, model_sets, baseline_sets)
+        return Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
+    metric = source["metric"]
+    threshold = thresholds.get(key, metric)
+    where = (source["config"], source.get("length"), source.get("placement"), source.get("family"))
+    losers = rules_losers(model_sets, *where) if None not in where else []  # a worst case with no counted cell has none
+    return Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
+
+
+def cell_verdicts(config: str, length: str, placement: str, family: str, model_sets: dict, baseline_sets: dict,
+                  thresholds: Thresholds) -> list[Verdict]:
+    key = cell_key(config, length, placement, family)
+    model_cell = model_sets[config][length]["cells"][placement][family]
+    base_cell = baseline_sets[config][length]["cells"][placement][family]
+    label = f"{config} {length} {placement} prompt, {'all families' if family == 'all' else family}"
+    return [
+        Verdict(key, label, metric, model_cell[metric], base_cell[metric], value, f"{metric} >= {value:g}",
+                rules_losers(model_sets, config, length, placement, family))
+        for metric, value in cell_metrics(thresholds, key, family, placement).items()
+    ]
+
+
+@dataclass
+class Evaluation:
+    """Model and baseline metrics over complete sets, and the verdicts of every check."""
+
+    sets: Sets
+    rows: dict[str, float | None]
+    row_sources: dict[str, dict[str, Any]]
+    baseline_sets: Sets
+    baseline_rows: dict[str, float | None]
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
+    """Rows of both sides and the verdict of every row and rules cell."""
+    rows, row_sources = headline_rows(sets)
+    baseline_rows, _ = headline_rows(baseline_sets)
+    evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
+    for name, source in row_sources.items():
+        evaluation.verdicts.append(row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds))
+    for config, by_length in sets.items():
+        if config_kind(config) == "rules":
+            for cell in cells(config, list(by_length)):
+                evaluation.verdicts.extend(cell_verdicts(*cell, sets, baseline_sets, thresholds))
+    return evaluation
+
+
+def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
+    """An item's headline metric in a set's ``per_item`` (facts-like configs: queries recalled)."""
+    kind = config_kind(config)
+    if kind == "tool_calls":
+        return "far accuracy", entry["far"]["accuracy"]
+    if kind == "rules":
+        return "retained", entry["retained"]
+    return "query accuracy", entry["query_accuracy"]
+
+
+def accuracy_losers(source: dict[str, Any], model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
+    """Items whose accuracy fell the most (facts: queries recalled; tool calls: far targets)."""
+    config, length = source["config"], source["length"]
+    mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
+
+    drops = []
+    for item_id, entry in mine.items():
+        a, b = item_metric(config, entry)[1], item_metric(config, theirs.get(item_id, entry))[1]
+        if a is not None and b is not None and a < b:
+            drops.append((b - a, item_id, b, a))
+    drops.sort(key=lambda d: (-d[0], d[1]))
+    return [f"{item_id} {b:.2f} -> {a:.2f}" for _, item_id, b, a in drops[:top]]
+
+
+def rules_losers(model_sets: dict, config: str, length: str, placement: str, family: str, top: int = 3) -> list[str]:
+    """Items of a cell with the lowest retained effect."""
+    per_item = model_sets[config][length]["per_item"]
+    found = [
+        (cell["retained"], item_id)
+        for item_id, cell in per_item.items()
+        if cell["retained"] is not None and cell["placement"] == placement and family in ("all", cell["family"])
+    ]
+    found.sort()
+    return [f"{item_id} retained {value:.2f}" for value, item_id in found[:top] if value < 1.0]
+
+
+# ------------------------------------------------------------------ items
+
+
+def rule_effect_loss(mine: dict, theirs: dict) -> tuple[float, float, float] | None:
+    """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
+    rules target scored on both sides; None when the reference's effect is too small to count."""
+    eff = mine["score_with"] - mine["score_without"]
+    eff_ref = theirs["score_with"] - theirs["score_without"]
+    if abs(eff_ref) < COUNT_NATS:
+        return None
+    return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
+
+
+def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float | None:
+    """Mean loss of one item against the baseline, in nats: facts and tool calls, the
+    log-probability lost per scored token; rules, the rule effect lost per counted target."""
+    if theirs is None:
+        return None
+    losses = []
+    for a, b in zip(mine, theirs):
+        if not (is_scored(a) and is_scored(b)):
+            continue
+        if config_kind(config) == "rules":
+            counted = rule_effect_loss(a, b)
+            if counted is not None:
+                losses.append(counted[0])
+        else:
+            losses.extend(lb - la for la, lb in zip(a["logprobs"], b["logprobs"]))
+    return sum(losses) / len(losses) if losses else None
+
+
+def parse_overrides(values: Iterable[str], source: str) -> tuple[Override, ...]:
+    found = []
+    for value in values:
+        try:
+            found.append(Override.parse(value.strip()))
+        except ValueError as exc:
+            raise LongctxError(f"{source}: {exc}") from None
+    return tuple(found)

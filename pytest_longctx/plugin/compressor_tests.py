@@ -1,0 +1,40 @@
+"""The tests the compressor gate generates (collected as ``longctx``): one retention
+test per item and one test per thresholded row."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_longctx.errors import LongctxError
+
+
+def _ensure(run: Any, request: Any) -> None:
+    backend = request.getfixturevalue("longctx_backend") if run.options.model else None
+    try:
+        run.ensure(["faithfulness"], backend, request.getfixturevalue("longctx_progress"))
+    except LongctxError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def test_retention(longctx_case: Any, longctx_run: Any, request: Any, record_property: Any) -> None:
+    case = longctx_case
+    _ensure(longctx_run, request)
+    problems, properties = longctx_run.item_report((case.config, case.length, case.item_id))
+    for name, value in properties.items():
+        record_property(f"longctx.{name}", value)
+    if problems:
+        pytest.fail(f"{case.key}: " + "; ".join(problems), pytrace=False)
+
+
+def test_threshold(longctx_case: Any, longctx_run: Any, request: Any, record_property: Any) -> None:
+    _ensure(longctx_run, request)
+    verdict = longctx_run.evaluate().verdict(longctx_case.key)
+    assert verdict is not None, f"{longctx_case.key}: no verdict was computed (a bug in pytest-longctx)"
+    record_property(f"longctx.{verdict.metric}", verdict.model)
+    record_property(f"longctx.full_{verdict.metric}", verdict.baseline)
+    record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
+    if not verdict.applicable:
+        pytest.skip(f"{longctx_case.key}: no value (no item scored), nothing to check")
+    if not verdict.passed:
+        pytest.fail(verdict.message(), pytrace=False)

@@ -1,0 +1,2 @@
+"""What people read: tables, the terminal summary, markdown, HTML, junit properties and
+the results JSON."""

@@ -1,0 +1,147 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no script, nothing
+fetched) with the headline table, accuracy by distance, rule effects against the
+reference's, every cell, and a drill-down of the items that lost the most."""
+from __future__ import annotations
+
+from html import escape
+from typing import Sequence
+
+from pytest_longctx.reports import tables
+from pytest_longctx.reports import plots
+from pytest_longctx.gate.comparison import Comparison
+from pytest_longctx.data.records import config_kind
+from pytest_longctx.gate.distance import KINDS, buckets
+from pytest_longctx.gate.losses import TargetLoss
+from pytest_longctx.reports.text import delta, number
+
+DRILL_ITEMS = 25
+VERDICT_CLASS = {"PASS": "pass", "FAIL": "fail", "n/a": "na"}
+TEXT_COLUMNS = {"metric", "kind"}  # left-aligned besides the first
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d2329; }
+h1 { font-size: 1.5rem; margin-bottom: .25rem; } h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #d5dae0; }
+table { border-collapse: collapse; margin: .5rem 0; } th, td { padding: .2rem .6rem; border-bottom: 1px solid #e6e9ed; }
+th { text-align: right; background: #f3f5f7; } td { text-align: right; }
+th:first-child, td:first-child, .text { text-align: left; }
+td.pass { color: #1b7a35; font-weight: 600; } td.fail { color: #c0262d; font-weight: 700; } td.na { color: #7a848e; }
+.verdict-pass { color: #1b7a35; } .verdict-fail { color: #c0262d; }
+.note { color: #5b6570; } figure { margin: .5rem 0; } figure svg { max-width: 100%; height: auto; }
+pre { white-space: pre-wrap; background: #f7f8fa; padding: .5rem; border-left: 3px solid #d5dae0; }
+mark { background: #ffd8a8; font-weight: 700; } details { margin: .3rem 0; } summary { cursor: pointer; }
+"""
+
+
+def _table(section: tables.Section, table_id: str) -> str:
+    head = "".join(f'<th class="text">{escape(h)}</th>' if h in TEXT_COLUMNS else f"<th>{escape(h)}</th>"
+                   for h in section.headers)
+    body = []
+    for row in section.rows:
+        cells = []
+        for header, value in zip(section.headers, row):
+            css = VERDICT_CLASS.get(value) if header == "verdict" else "text" if header in TEXT_COLUMNS else None
+            cells.append(f'<td class="{css}">{escape(value)}</td>' if css else f"<td>{escape(value)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _section(section_id: str, title: str, *parts: str) -> str:
+    return f'<section id="{section_id}"><h2>{escape(title)}</h2>{"".join(parts)}</section>'
+
+
+def _figure(figure_id: str, svg: str | None, caption: str) -> str:
+    if svg is None:
+        return '<p class="note">No plot: matplotlib is not installed (pip install "pytest-longctx[report]").</p>'
+    return f'<figure id="{figure_id}">{svg}<figcaption class="note">{escape(caption)}</figcaption></figure>'
+
+
+def _distance(comparison: Comparison) -> str:
+    panels = {title: buckets(comparison.targets, kind) for kind, title in KINDS.items()}
+    panels = {title: found for title, found in panels.items() if found}
+    if not panels:
+        return _section("distance", "How far back", '<p class="note">No facts or tool-call target with a known '
+                        "distance was scored on both sides (the items' data is needed for distances).</p>")
+    rows = [[title, b.label, str(b.count), number(b.baseline), number(b.model),
+             delta(b.model, b.baseline)] for title, found in panels.items() for b in found]
+    svg = plots.distance_plot(panels) if plots.available() else None
+    return _section("distance", "How far back: share right by distance to what the target needs",
+                    _figure("distance-plot", svg, "Facts: every answer token top-1; tool calls: the target token top-1."),
+                    _table(tables.Section("", ["kind", "tokens back", "targets", "baseline", "model", "delta"], rows),
+                           "distance-table"))
+
+
+def _effects(comparison: Comparison) -> str:
+    evaluation = comparison.evaluation
+    parts = []
+    for config, by_length in evaluation.sets.items():
+        if config_kind(config) != "rules":
+            continue
+        points = []
+        for target in comparison.targets:
+            if target.config == config:
+                entry = by_length[target.length]["per_item"][target.item_id]
+                points.append((entry["placement"], entry["family"], target.baseline, target.model))
+        if plots.available():
+            parts.append(f"<h3>{escape(config)}</h3>" + _figure(
+                f"effects-plot-{config}", plots.effects_plot(points),
+                "Each counted target's rule effect; solid line: as the baseline, dashed: half of it "
+                "(below it the rule counts as not followed)."))
+        elif not parts:
+            parts.append(_figure("effects-plot", None, ""))
+    cells = tables.rules_cells(comparison)
+    if not cells.rows:
+        return ""
+    return _section("rules", "Rule effects against the baseline's", *parts, _table(cells, "rules-table"))
+
+
+def _snippet(target: TargetLoss) -> str:
+    if target.snippet is None:
+        return ""
+    s = target.snippet
+    return (f'<p class="note">{escape(s.far)}</p>'
+            f"<pre>{escape(s.before)}<mark>{escape(s.target)}</mark>{escape(s.after)}</pre>")
+
+
+def _drill_down(comparison: Comparison) -> str:
+    by_item: dict[str, list[TargetLoss]] = {}
+    for target in comparison.targets:
+        by_item.setdefault(f"{target.config}/{target.length}/{target.item_id}", []).append(target)
+    blocks: list[str] = []
+    lost = [i for i in comparison.items if f"{i.config}/{i.length}/{i.item_id}" in by_item][:DRILL_ITEMS]
+    for item in lost:
+        found = by_item[f"{item.config}/{item.length}/{item.item_id}"]
+        verdict = item.verdict
+        summary = (f"{item.key}: {item.metric} {number(item.baseline)} -> {number(item.model)}, "
+                   f"lost {number(item.loss)} nats (allowed {item.threshold:g}) {verdict}")
+        targets = "".join(f"<li>{escape(tables.target_head(t))}{_snippet(t)}</li>" for t in found)
+        opened = " open" if not blocks else ""  # the worst item, unfolded
+        blocks.append(f'<details class="item"{opened}><summary class="verdict-{VERDICT_CLASS[verdict]}">'
+                      f"{escape(summary)}</summary><ol>{targets}</ol></details>")
+    items = tables.items(comparison, DRILL_ITEMS)
+    return _section("items", items.title, _table(items, "items-table"),
+                    f"<h3>Targets of the {len(blocks)} items that lost the most, in their text</h3>", *blocks)
+
+
+def _notes(lines: Sequence[str]) -> str:
+    return "".join(f'<p class="note">{escape(line)}</p>' for line in lines)
+
+
+def html_report(comparison: Comparison) -> str:
+    verdict = comparison.verdict
+    failing, sets = tables.failing_lines(comparison), tables.set_metrics(comparison)
+    parts = [
+        f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',
+        f"<p>{escape(comparison.model)} against {escape(comparison.baseline)}; mode {escape(comparison.mode)}</p>",
+        "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
+        _notes(comparison.notes), "</header>",
+        _section("headline", "Headline rows", _table(tables.headline(comparison), "headline-table")),
+        _section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
+        if failing else "",
+        _distance(comparison),
+        _effects(comparison),
+        _section("sets", "Facts and tool calls", _table(sets, "sets-table")) if sets.rows else "",
+        _drill_down(comparison),
+    ]
+    title = f"longctx: {comparison.model} ({verdict})"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{CSS}</style></head><body>{''.join(parts)}</body></html>\n")

@@ -1,0 +1,65 @@
+"""The comparison in GitHub-flavoured markdown: the CI step summary and the full report."""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from pytest_longctx.reports import tables
+from pytest_longctx.gate.comparison import Comparison
+
+
+def cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """First column left-aligned, the others right-aligned, as in the terminal."""
+    align = [":---"] + ["---:"] * (len(headers) - 1)
+    return "\n".join("| " + " | ".join(cell(str(c)) for c in line) + " |" for line in [headers, align, *rows])
+
+
+def fenced(text: str) -> str:
+    """A code block whose fence is longer than any run of backticks in ``text``."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _heading(comparison: Comparison) -> list[str]:
+    verdict = comparison.verdict
+    lines = [f"## longctx: {verdict}", "", f"`{comparison.model}` against {comparison.baseline}, mode {comparison.mode}"]
+    lines += [f"> **error**: {error}" for error in comparison.errors]
+    lines += [f"> note: {note}" for note in comparison.notes]
+    return lines
+
+
+def _failing(comparison: Comparison) -> list[str]:
+    failing = tables.failing_lines(comparison)
+    lines = ["", "### Failing cells", "", *(f"- {cell(line)}" for line in failing)] if failing else []
+    over = comparison.failing_items
+    if over:
+        lines += ["", f"{len(over)} item(s) lost more than allowed: "
+                  + ", ".join(f"`{i.key}` ({i.loss:.3f} nats)" for i in tables.top(over, 10) if i.loss is not None)]
+    return lines
+
+
+def ci_summary(comparison: Comparison) -> str:
+    """What a CI run's step summary shows: the headline table and the failing cells."""
+    section = tables.headline(comparison)
+    return "\n".join([*_heading(comparison), "", md_table(section.headers, section.rows), *_failing(comparison)]) + "\n"
+
+
+def markdown_report(comparison: Comparison, count: int = 10) -> str:
+    lines = _heading(comparison)
+    for section in (tables.headline(comparison), tables.rules_cells(comparison), tables.set_metrics(comparison),
+                    tables.items(comparison, count)):
+        if section.rows:
+            lines += ["", f"### {section.title}", "", md_table(section.headers, section.rows)]
+    lines += _failing(comparison)
+    shown = tables.top(comparison.targets, count)
+    if shown:
+        lines += ["", f"### Targets that lost the most ({len(shown)} of {len(comparison.targets)})"]
+        for target in shown:
+            lines += ["", f"- {cell(tables.target_head(target))}"]
+            if target.snippet is not None:
+                lines += ["", fenced(f"{target.snippet.far}\n\n{tables.marked(target)}")]
+    return "\n".join(lines) + "\n"

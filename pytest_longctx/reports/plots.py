@@ -1,0 +1,74 @@
+"""The HTML report's plots, drawn by matplotlib (the ``report`` extra) as inline SVG.
+Without matplotlib there are none: ``available()`` is False and the report shows its
+tables alone."""
+from __future__ import annotations
+
+import importlib.util
+import io
+from typing import Any, Mapping, Sequence
+
+from pytest_longctx.data.records import FAMILIES, PLACEMENTS
+from pytest_longctx.gate.distance import Bucket
+
+BASELINE_COLOUR = "#8a96a3"
+MODEL_COLOUR = "#d9480f"  # the model's colour in every plot
+# matplotlib rc settings (typed Any: the stubs want literal keys)
+STYLE: Any = {"svg.fonttype": "none", "svg.hashsalt": "pytest-longctx", "font.size": 9, "axes.spines.top": False,
+         "axes.spines.right": False}
+
+
+def available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _svg(figure: Any) -> str:
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
+    buffer = io.StringIO()
+    FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def distance_plot(panels: Mapping[str, Sequence[Bucket]]) -> str:
+    """Bars of the share hit per distance bucket, baseline beside model, one panel per kind."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(4.6 * len(panels), 3.2), layout="constrained")
+        for ax, (title, buckets) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+            x = list(range(len(buckets)))
+            ax.bar([i - 0.2 for i in x], [b.baseline for b in buckets], 0.4, color=BASELINE_COLOUR, label="baseline")
+            ax.bar([i + 0.2 for i in x], [b.model for b in buckets], 0.4, color=MODEL_COLOUR, label="model")
+            ax.set_xticks(x, [f"{b.label}\nn={b.count}" for b in buckets])
+            ax.set(ylim=(0, 1.05), xlabel="tokens back to what the target needs", ylabel="share right", title=title)
+        figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
+        return _svg(figure)
+
+
+def effects_plot(points: Sequence[tuple[str, str, float, float]]) -> str:
+    """Rule effects, the model's (eff) against the reference's (eff_ref), one panel per
+    placement x family; on the solid line the rule works as in the reference, below the
+    dashed one (half the reference's effect) it counts as not followed."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    values = [v for _, _, a, b in points for v in (a, b)] or [0.0, 1.0]
+    low, high = min(0.0, min(values)) - 0.5, max(values) + 0.5
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(8.0, 4.6), layout="constrained")
+        grid = figure.subplots(len(PLACEMENTS), len(FAMILIES), sharex=True, sharey=True, squeeze=False)
+        for row, placement in enumerate(PLACEMENTS):
+            for column, family in enumerate(FAMILIES):
+                ax = grid[row][column]
+                mine = [(ref, eff) for p, f, ref, eff in points if p == placement and f == family]
+                ax.plot([low, high], [low, high], color=BASELINE_COLOUR, linewidth=1)
+                ax.plot([low, high], [low / 2, high / 2], color=BASELINE_COLOUR, linewidth=1, linestyle="--")
+                ax.scatter([p[0] for p in mine], [p[1] for p in mine], s=14, color=MODEL_COLOUR, alpha=0.75)
+                ax.set(xlim=(low, high), ylim=(low, high), title=f"{placement} prompt, {family} (n={len(mine)})")
+                if row == len(PLACEMENTS) - 1:
+                    ax.set_xlabel("eff_ref (baseline), nats")
+                if column == 0:
+                    ax.set_ylabel("eff (model), nats")
+        return _svg(figure)

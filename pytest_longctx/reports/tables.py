@@ -1,0 +1,150 @@
+"""The comparison as tables (headers and cells as strings), shared by the text, markdown
+and HTML reports, and the plain-text report of ``longctx compare``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_longctx.gate.comparison import Comparison
+from pytest_longctx.data.records import TOOL_KINDS, config_kind
+from pytest_longctx.gate.verdicts import Verdict, cell_key, cells
+from pytest_longctx.gate.losses import TargetLoss
+from pytest_longctx.reports.text import GATE_HEADERS, delta, gate_rows, number, table
+
+MARK = ("⟦", "⟧")  # around the target in its text
+HITS = {"facts": ("recalled", "missed"), "tool_calls": ("right", "wrong"), "rules": ("followed", "not followed")}
+
+# (label, path into a set's metrics) of the facts and tool-call metrics shown side by side
+SET_METRICS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "facts": [("scored targets", ("scored",)), ("query accuracy", ("query_accuracy",)),
+              ("token accuracy", ("token_accuracy",)), ("mean log-prob of answer tokens", ("mean_logprob",))],
+    "tool_calls": [("scored targets", ("scored",)), ("far accuracy", ("far_accuracy",)),
+                   ("fresh accuracy", ("fresh_accuracy",)), ("near accuracy", ("near_accuracy",)),
+                   ("mean log-prob, far", ("far", "mean_logprob"))]
+                  + [(f"{group} accuracy, {kind} targets", ("by_kind", kind, group, "accuracy"))
+                     for kind in TOOL_KINDS for group in ("far", "near")],
+}
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
+def _value(metrics: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        metrics = metrics[key]
+    return metrics
+
+
+def _shown(value: Any) -> str:
+    return str(value) if isinstance(value, int) else number(value)
+
+
+def checks_word(verdicts: list[Verdict]) -> str:
+    applicable = [v for v in verdicts if v.applicable]
+    if not applicable:
+        return "n/a" if verdicts else ""
+    return "FAIL" if any(not v.passed for v in applicable) else "PASS"
+
+
+def headline(comparison: Comparison) -> Section:
+    return Section("Headline rows", GATE_HEADERS, gate_rows(comparison.evaluation))
+
+
+def rules_cells(comparison: Comparison) -> Section:
+    """Every rules cell: the reference's and the model's mean effect, follow, retained, checks."""
+    evaluation = comparison.evaluation
+    by_key: dict[str, list[Verdict]] = {}
+    for verdict in evaluation.verdicts:
+        by_key.setdefault(verdict.key, []).append(verdict)
+    lines = []
+    for config, by_length in evaluation.sets.items():
+        if config_kind(config) != "rules":
+            continue
+        for _, length, placement, family in cells(config, by_length):
+            cell, key = by_length[length]["cells"][placement][family], cell_key(config, length, placement, family)
+            verdicts = by_key.get(key, [])
+            lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
+                          number(cell["follow"]), number(cell["retained"]),
+                          "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts), checks_word(verdicts)])
+    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "threshold", "verdict"]
+    return Section("Rules cells (eff: log-prob gained by the rule, model; eff_ref: baseline)", headers, lines)
+
+
+def set_metrics(comparison: Comparison) -> Section:
+    evaluation = comparison.evaluation
+    lines = []
+    for config, by_length in evaluation.sets.items():
+        for length, metrics in by_length.items():
+            theirs = evaluation.baseline_sets[config][length]
+            for label, path in SET_METRICS.get(config_kind(config), []):
+                if path[0] == "by_kind" and not _value(theirs, path[:-1] + ("count",)):
+                    continue  # no target of this kind and group
+                model, base = _value(metrics, path), _value(theirs, path)
+                change = f"{model - base:+d}" if isinstance(model, int) and isinstance(base, int) else delta(model, base)
+                lines.append([f"{config}-{length}", label, _shown(base), _shown(model), change])
+    return Section("Facts and tool calls", ["set", "metric", "baseline", "model", "delta"], lines)
+
+
+def top(values: list, count: int) -> list:
+    return values if count <= 0 else values[:count]
+
+
+def items(comparison: Comparison, count: int) -> Section:
+    """The items with a loss (an item with no target scored on both sides has none), worst first;
+    all of them, by their metrics, when no per-target scores are at hand."""
+    measured = [i for i in comparison.items if i.loss is not None] or comparison.items
+    lines = [[i.key, i.metric, number(i.baseline), number(i.model), number(i.loss), f"<= {i.threshold:g}",
+              i.verdict] for i in top(measured, count)]
+    headers = ["item", "metric", "baseline", "model", "nats lost", "allowed", "verdict"]
+    return Section(f"Items that lost the most ({len(comparison.failing_items)} of {len(comparison.items)} over the limit)",
+                   headers, lines)
+
+
+def target_head(target: TargetLoss) -> str:
+    """One line: where, how far back, what was lost."""
+    kind = config_kind(target.config)
+    yes, no = HITS.get(kind, HITS["facts"])
+    what = "rule effect" if kind == "rules" else "log-prob"
+    back = f", {target.distance_tokens} tokens back" if target.distance_tokens is not None else ""
+    change = (f"{yes} -> {no}" if target.turned_miss else
+              f"{no} -> {yes}" if target.hit_model and not target.hit_baseline else (yes if target.hit_model else no))
+    return (f"{target.where}{back}: lost {target.loss:.3f} nats ({what} {target.baseline:.3f} -> {target.model:.3f}); "
+            f"{change}")
+
+
+def marked(target: TargetLoss) -> str:
+    assert target.snippet is not None
+    return f"{target.snippet.before}{MARK[0]}{target.snippet.target}{MARK[1]}{target.snippet.after}"
+
+
+# ------------------------------------------------------------------ plain text
+
+
+def failing_lines(comparison: Comparison) -> list[str]:
+    return [v.message() for v in comparison.failing if v.label not in comparison.evaluation.rows]
+
+
+def text_report(comparison: Comparison, count: int = 10) -> str:
+    verdict = comparison.verdict
+    out = [f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}"]
+    out += [f"error: {error}" for error in comparison.errors]
+    out += [f"note: {note}" for note in comparison.notes]
+    for section in (headline(comparison), rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
+        if section.rows:
+            out += ["", section.title, table(section.headers, section.rows)]
+    failing = failing_lines(comparison)
+    if failing:
+        out += ["", "Failing cells", *(f"  {line}" for line in failing)]
+    shown = top(comparison.targets, count)
+    if shown:
+        out += ["", f"Targets that lost the most ({len(shown)} of {len(comparison.targets)})"]
+        for target in shown:
+            out.append(target_head(target))
+            if target.snippet is not None:
+                out.append(f"    {target.snippet.far}")
+                out += [f"    {line}" for line in marked(target).splitlines()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,204 @@
+"""Runs the forward passes the planned reads need, and nothing more.
+
+1. Every sequence is cut after its last read; identical cut sequences (across items,
+   configs and languages) become one request with the union of their reads.
+2. Requests already in the score cache are answered from it.
+3. The rest run as a prefix tree when the backend can save and rewind its state
+   (``backend.session()``): each shared prefix once, each continuation only its suffix.
+   Otherwise each request is one ``backend.read``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pytest_longctx.scoring import prefix_tree
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring.progress import Progress
+from pytest_longctx.scoring.reads import ItemReads
+
+
+@dataclass(frozen=True)
+class ReadScore:
+    top1: int
+    logprob: float
+
+
+# Per item, per target: one ReadScore per read of the target, or None when unaligned.
+ItemReadScores = list[list[ReadScore] | None]
+# One request's answers: prediction index -> (top-1 id, token id -> log-probability).
+Answers = dict[int, tuple[int, dict[int, float]]]
+
+
+@dataclass(eq=False)
+class Request:
+    """A distinct token sequence, cut after its last read, and the reads wanted in it."""
+
+    ids: np.ndarray
+    reads: dict[int, set[int]] = field(default_factory=dict)  # prediction index -> token ids
+    items: set[int] = field(default_factory=set)  # indices of the plans that need it
+
+
+def collect(plans: Sequence[ItemReads]) -> tuple[list[Request], list[list[list[tuple[int, int, int]]]]]:
+    """(distinct requests, and per plan, per target, per read: (request, index, token))."""
+    requests: list[Request] = []
+    by_key: dict[bytes, int] = {}
+    where: list[list[list[tuple[int, int, int]]]] = []
+    for number, plan in enumerate(plans):
+        ends: dict[int, int] = {}
+        for target in plan.targets:
+            for read in target.reads:
+                ends[read.seq] = max(ends.get(read.seq, 0), read.pos)
+        slot: dict[int, int] = {}
+        for seq, end in ends.items():
+            ids = np.ascontiguousarray(plan.sequences[seq][:end], dtype=np.int64)
+            key = ids.tobytes()
+            if key not in by_key:
+                by_key[key] = len(requests)
+                requests.append(Request(ids))
+            slot[seq] = by_key[key]
+            requests[slot[seq]].items.add(number)
+        placed = []
+        for target in plan.targets:
+            reads = []
+            for read in target.reads:
+                request = slot[read.seq]
+                requests[request].reads.setdefault(read.pos - 1, set()).add(read.token)
+                reads.append((request, read.pos - 1, read.token))
+            placed.append(reads)
+        where.append(placed)
+    return requests, where
+
+
+def forwarded_tokens(plans: Sequence[ItemReads], reuse_prefixes: bool = True) -> int:
+    """Tokens the engine forwards for these plans (the distinct prefix tokens when
+    prefixes are reused: the least any exact teacher-forced scorer must run)."""
+    requests, _ = collect(plans)
+    if not requests:
+        return 0
+    if not reuse_prefixes:
+        return sum(len(r.ids) for r in requests)
+    root, _ = prefix_tree.build([r.ids for r in requests])
+    return prefix_tree.total_tokens(root)
+
+
+ProgressFactory = Callable[[int, int], Progress]
+
+
+class _Tracker:
+    """Reports progress: tokens as they run, an item once its last request is answered."""
+
+    def __init__(self, factory: ProgressFactory | None, requests: list[Request], n_items: int):
+        self.factory = factory
+        self.progress: Progress | None = None
+        self.requests = requests
+        self.left = [0] * n_items
+        for request in requests:
+            for number in request.items:
+                self.left[number] += 1
+
+    def start(self, total_tokens: int) -> None:
+        if self.factory:
+            self.progress = self.factory(len(self.left), total_tokens)
+            self.progress.advance(items=sum(1 for count in self.left if count == 0))  # answered from the cache
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.close()
+
+    def tokens(self, count: int) -> None:
+        if self.progress:
+            self.progress.advance(tokens=count)
+
+    def answered(self, request: int) -> None:
+        finished = 0
+        for number in self.requests[request].items:
+            self.left[number] -= 1
+            finished += self.left[number] == 0
+        if self.progress and finished:
+            self.progress.advance(items=finished)
+
+
+def _read_each(backend: Any, requests: list[Request], tracker: _Tracker) -> list[Answers]:
+    tracker.start(sum(len(r.ids) for r in requests))
+    answers = []
+    for number, request in enumerate(requests):
+        indices = sorted(request.reads)
+        tokens = [sorted(request.reads[i]) for i in indices]
+        result = backend.read(request.ids, indices, tokens)
+        if len(result.top1) != len(indices) or len(result.logprobs) != len(indices):
+            raise LongctxError(f"backend {type(backend).__name__}: read() returned {len(result.top1)} results for {len(indices)} positions")
+        answers.append({i: (int(t), dict(zip(toks, map(float, lps)))) for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs)})
+        tracker.tokens(len(request.ids))
+        tracker.answered(number)
+    return answers
+
+
+def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list[Answers]:
+    root, paths = prefix_tree.build([r.ids for r in requests])
+    for request, path in zip(requests, paths):
+        for index, tokens in request.reads.items():
+            prefix_tree.node_at(path, index).reads.setdefault(index, set()).update(tokens)
+    tracker.start(prefix_tree.total_tokens(root))
+    session = backend.session()
+
+    def visit(node: prefix_tree.Node) -> None:
+        if node.tokens:
+            indices = sorted(node.reads)
+            tokens = [sorted(node.reads[i]) for i in indices]
+            result = session.advance(node.ids[node.start:node.end], [i - node.start for i in indices], tokens)
+            for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs):
+                node.results[i] = (int(t), dict(zip(toks, map(float, lps))))
+            tracker.tokens(node.tokens)
+        for number in node.ends:
+            tracker.answered(number)
+        if not node.children:
+            return
+        saved = session.snapshot()  # the branch point: every child starts from here
+        for k, child in enumerate(node.children):
+            if k:
+                session.restore(saved, last=k == len(node.children) - 1)
+            visit(child)
+
+    visit(root)
+    return [{i: prefix_tree.node_at(path, i).results[i] for i in request.reads} for request, path in zip(requests, paths)]
+
+
+def run(backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True,
+        cache: Any = None) -> list[ItemReadScores]:
+    """Scores of every read of every planned item. ``progress(items, tokens)`` makes the
+    progress display once the work left is known; ``cache`` answers known requests."""
+    requests, where = collect(plans)
+    answers: list[Answers | None] = [cache.get(r) if cache is not None else None for r in requests]
+    todo = [n for n, a in enumerate(answers) if a is None]
+    subset = [requests[n] for n in todo]
+    tracker = _Tracker(progress, subset, len(plans))
+    use_tree = reuse_prefixes and callable(getattr(backend, "session", None))
+    try:
+        if subset:
+            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker)
+        else:
+            computed = []
+            tracker.start(0)
+    finally:
+        tracker.close()
+    for n, found in zip(todo, computed):
+        answers[n] = found
+        if cache is not None:
+            cache.put(requests[n], found)
+    results: list[ItemReadScores] = []
+    for plan, placed in zip(plans, where):
+        item: ItemReadScores = []
+        for target, reads in zip(plan.targets, placed):
+            if target.unaligned:
+                item.append(None)
+                continue
+            scores = []
+            for request, index, token in reads:
+                top1, logprobs = answers[request][index]
+                scores.append(ReadScore(top1, logprobs[token]))
+            item.append(scores)
+        results.append(item)
+    return results

@@ -1,0 +1,145 @@
+"""``score_sets``: the whole pipeline from items to headline rows, for any backend.
+
+items --tokens--> reads --engine--> raw per-target scores --metrics--> sets --> rows
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pytest_longctx import __version__
+from pytest_longctx.scoring import engine
+from pytest_longctx.backends.base import describe
+from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
+from pytest_longctx.data.load import Dataset, load_dataset
+from pytest_longctx.data.records import FAITHFULNESS, config_kind
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.metrics import facts, faithfulness, rules, tool_calls
+from pytest_longctx.metrics.raw import is_nonfinite
+from pytest_longctx.scoring.records import target_records
+from pytest_longctx.metrics.rows import headline_rows
+from pytest_longctx.scoring.progress import Progress
+from pytest_longctx.scoring.reads import choose_mode, plan_reads
+
+
+@dataclass
+class Results:
+    rows: dict[str, float | None]
+    row_sources: dict[str, dict[str, Any]]
+    sets: dict[str, dict[str, dict[str, Any]]]
+    mode: str
+    meta: dict[str, Any]
+    scores: ScoresFile
+    reference: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
+                "meta": self.meta, "row_sources": self.row_sources,
+                "scores": self.scores.to_json()["scores"]}  # per-target raw scores: what `longctx compare` reads
+
+    def nonfinite(self) -> list[str]:
+        """``config/length/item`` of every item with a NaN or infinite log-probability."""
+        return [f"{c}/{n}/{i}" for c, n, i, s in self.scores.items() if any(is_nonfinite(t) for t in s.targets)]
+
+    def as_baseline(self) -> ScoresFile:
+        return ScoresFile(mode=self.mode, meta=self.meta, scores=self.scores.scores, rows=self.rows, sets=self.sets)
+
+
+def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Metrics of every selected config and length from raw scores (and a reference's)."""
+    sets: dict[str, dict[str, dict[str, Any]]] = {}
+    for config, by_length in dataset.sets.items():
+        kind = config_kind(config)
+        for length, items in by_length.items():
+            records = {item_id: s.targets for item_id, s in scores.scores[config][length].items()}
+            if kind == "facts":
+                metrics = facts.set_metrics(items, records)
+            elif kind == "tool_calls":
+                metrics = tool_calls.set_metrics(items, records)
+            elif kind == "faithfulness":
+                metrics = faithfulness.set_metrics(items, records)
+            else:
+                ref = None
+                if reference is not None:
+                    ref = {i.id: reference.scores[config][length][i.id].targets for i in items}
+                metrics = rules.set_metrics(items, records, ref)
+            sets.setdefault(config, {})[length] = metrics
+    return sets
+
+
+def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
+                progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
+                cache: Any = None) -> ScoresFile:
+    """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
+    the run's ``meta``: backend, weights, tokenizer and data fingerprints."""
+    plans = plan_reads(dataset, mode, tokenizer)
+    fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
+    meta = {
+        **describe(backend),
+        "tokenizer": tokenizer_fingerprint(tokenizer, mode),
+        "mode": mode,
+        "data": data_fingerprint((c, n, i, f) for (c, n, i), f in fingerprints.items()),
+        "data_source": dataset.source,
+        "pytest_longctx": __version__,
+    }
+    if FAITHFULNESS in dataset.sets:
+        from pytest_longctx.scoring.chat import chat_markup
+
+        meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
+    factory = (progress if callable(progress) else Progress) if progress else None
+    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache)
+    scores = ScoresFile(mode=mode, meta=meta)
+    for plan, result in zip(plans, item_scores):
+        key = (plan.config, plan.length, plan.item.id)
+        scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
+            fingerprints[key], target_records(plan, result)
+        )
+    return scores
+
+
+def needed_fingerprints(dataset: Dataset, configs: Any = None) -> dict[tuple[str, str, str], str]:
+    """(config, length, item id) -> item fingerprint, for the items a reference must cover."""
+    return {(c, n, item.id): item_fingerprint(item) for c, n, item in dataset.items() if configs is None or c in configs}
+
+
+def score_sets(
+    backend: Any,
+    tokenizer: Any,
+    data: Dataset | str | os.PathLike,
+    *,
+    mode: str = "auto",
+    reference: ScoresFile | None = None,
+    progress: bool | Callable[[int, int], Progress] = True,
+    cache: Any = None,
+) -> Results:
+    """Score ``backend`` (anything with ``read(ids, positions, tokens)``) on ``data``.
+
+    ``tokenizer`` is the model's Hugging Face tokenizer (``None``: ids mode only).
+    ``reference`` is the scores file of the model a candidate was derived from: the
+    rules configs measure effects relative to it (without one, the model is its own).
+    ``cache`` (a ``ScoreCache``) answers forward passes already run with these weights.
+    """
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    mode = choose_mode(mode, tokenizer, dataset)
+    if reference is not None:  # refused before the forward passes, not after
+        rules_configs = [c for c in dataset.sets if config_kind(c) == "rules"]
+        check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
+    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache)
+    warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
+    sets = compute_sets(dataset, scores, reference)
+    rows, row_sources = headline_rows(sets)
+    return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
+                   reference=reference.path if reference is not None else None, warnings=warnings)
+
+
+def require_finite(results: Results) -> None:
+    bad = results.nonfinite()
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise LongctxError(
+            f"non-finite log-probabilities (NaN/inf) in {len(bad)} item(s): {shown}; they are counted as "
+            "'nonfinite' and left out of the metrics. Check the model's dtype (float16 overflows; try --dtype float32)"
+        )
