@@ -33,8 +33,8 @@ def longctx_backend(request):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.backends.aliases import resolve_model
+    from pytest_longctx.backends.hf import TransformersBackend
 
     name = request.config.getoption("longctx_model")
     path = resolve_model(name)  # aliases such as smollm2-135m; ids and folders unchanged

@@ -136,14 +136,15 @@ def row(name: str, lower: int, whole: int, naive: dict, lean: dict) -> list[str]
 
 
 def bench_data(args: argparse.Namespace) -> None:
-    from pytest_longctx.scoring import engine
     from pytest_longctx.data.load import load_dataset
-    from pytest_longctx.reports.text import table
+    from pytest_longctx.parse import comma_list
+    from pytest_longctx.reports.format import table
+    from pytest_longctx.scoring import engine
     from pytest_longctx.scoring.reads import choose_mode, plan_reads
 
     backend = load(args.model)
     rows, notes = [], []
-    for length in args.lengths.split(","):
+    for length in comma_list(args.lengths):
         for name, sets in GROUPS.items():
             dataset = load_dataset(args.data, sets=sets, lengths=[length], limit=args.limit)
             mode = choose_mode("auto", backend.tokenizer, dataset)
@@ -154,8 +155,8 @@ def bench_data(args: argparse.Namespace) -> None:
             if projected > args.naive_memory_gb:
                 naive = {"skipped": f"its logits alone need {projected:.0f} GB (--naive-memory-gb {args.naive_memory_gb:g})"}
             else:
-                naive = measured(lambda: naive_run(backend, plans))
-            lean = measured(lambda: engine_run(backend, plans))
+                naive = measured(lambda plans=plans: naive_run(backend, plans))
+            lean = measured(lambda plans=plans: engine_run(backend, plans))
             rows.append(row(f"{length} {name}", lower, whole, naive, lean))
             notes.extend(f"{length} {name}, {method}: {result.get('skipped') or result['error']}"
                          for method, result in (("naive", naive), ("engine", lean)) if "skipped" in result or "error" in result)
@@ -170,7 +171,7 @@ def bench_data(args: argparse.Namespace) -> None:
 def bench_single(length: int) -> None:
     """One sequence of ``length`` tokens, reads at 64 positions: chunked engine vs full logits."""
     from pytest_longctx.backends.hf import TransformersBackend
-    from pytest_longctx.reports.text import table
+    from pytest_longctx.reports.format import table
 
     vocab = 32000
     backend = TransformersBackend(tiny_model(vocab), None, name="tiny")

@@ -26,7 +26,10 @@ PROJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "shellingham": ("ISC", ()),
     "mdurl": ("MIT", ()),
     "annotated-types": ("MIT", ()),
-    "packaging": ("Apache-2.0 OR BSD-2-Clause", ("packaging/version.py", "packaging/requirements.py", "packaging/markers.py", "packaging/utils.py", "packaging/tags.py")),
+    "packaging": (
+        "Apache-2.0 OR BSD-2-Clause",
+        ("packaging/version.py", "packaging/requirements.py", "packaging/markers.py", "packaging/utils.py", "packaging/tags.py"),
+    ),
     "click": ("BSD-3-Clause", ("click/utils.py", "click/exceptions.py", "click/decorators.py", "click/termui.py", "click/formatting.py")),
 }
 
@@ -45,9 +48,11 @@ def main(out: str) -> None:
                 records.append({"project": name, "version": dist.version, "license": licence, "path": path, "text": text})
         readme = dist.metadata.get_payload() or ""
         if readme.strip():
-            records.append({"project": name, "version": dist.version, "license": licence, "path": "README.md", "text": readme.strip() + "\n"})
+            records.append(
+                {"project": name, "version": dist.version, "license": licence, "path": "README.md", "text": readme.strip() + "\n"}
+            )
         licence_files = [f for f in files if ".dist-info" in f and any(k in f.upper() for k in ("LICEN", "COPYING"))]
-        for n, path in enumerate(licence_files):
+        for _n, path in enumerate(licence_files):
             suffix = "" if len(licence_files) == 1 else f"-{Path(path).name}"
             target = root / "licenses" / f"{name}{suffix}.txt"
             target.write_text(Path(dist.locate_file(path)).read_text(encoding="utf-8"), encoding="utf-8")

@@ -22,8 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from variants import VARIANTS, build  # noqa: E402
 
-from pytest_longctx.reports.text import number, table
-
+from pytest_longctx.gate.verdicts import verdict_word
+from pytest_longctx.numbers import number
+from pytest_longctx.parse import comma_list
+from pytest_longctx.reports.format import table
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
@@ -48,7 +50,7 @@ def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str])
 def context_lines(lengths: str) -> list[tuple[str, tuple[str, ...]]]:
     """(label, path into the results' sets) of figures shown beside the rows, not gated."""
     lines = [(f"(near tool calls at {length} tokens, not gated)", ("tool_calls", length, "near_accuracy"))
-             for length in lengths.split(",")]
+             for length in comma_list(lengths)]
     lines.append(("(answer log-probability in agent sessions, not gated)", ("faithfulness", "train", "mean_logprob")))
     return lines
 
@@ -83,7 +85,7 @@ def main() -> None:
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
         body.append([label, *(number(dig(res["sets"], path), 2) for _, res, _ in results.values())])
     body.append(["failed tests", *(str(failed) for _, _, failed in results.values())])
-    body.append(["gate", *("PASS" if code == 0 else "FAIL" for code, _, _ in results.values())])
+    body.append(["gate", *(verdict_word(code == 0) for code, _, _ in results.values())])
     print(f"model {args.model}; baseline {args.baseline}; lengths {args.lengths}; --longctx-limit {args.limit}")
     print(table(["row", *results], body))
 

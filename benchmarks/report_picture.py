@@ -35,7 +35,7 @@ def tiny_inputs(folder: Path) -> tuple[str, str, str]:
 
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.data.qwen import qwen35_tokenizer
-    from pytest_longctx.reports.text import write_json
+    from pytest_longctx.reports.format import write_json
     from pytest_longctx.scoring.pipeline import score_sets
 
     tokenizer = qwen35_tokenizer()

@@ -59,8 +59,8 @@ def kv_quantized(bits: int, group: int) -> Callable[..., Any]:
     """A ``--longctx-backend`` factory: the model as it is, its keys and values rounded."""
 
     def factory(model: str, dtype: str, device: str) -> Any:
-        from pytest_longctx.backends.hf import TransformersBackend
         from pytest_longctx.backends.aliases import resolve_model
+        from pytest_longctx.backends.hf import TransformersBackend
 
         label = f"int{bits}-g{group} per token"
         backend = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device,

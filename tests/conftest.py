@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from itemkit import build_rows, write_split
 
 pytest_plugins = ["pytester"]

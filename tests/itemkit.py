@@ -90,11 +90,51 @@ def tool_row(item_id: str, seed: int) -> dict[str, Any]:
     # A target that starts inside a word: unaligned under any sensible tokenizer.
     inner_char = (name_char[0] + 1, name_char[0] + 4)
     targets = [
-        {"char": list(name_char), "target": "read", "kind": "name", "far": True, "fresh": True, "definition_id": "t0", "distance_tokens": 600},
-        {"char": list(param_char), "target": "path", "kind": "param", "far": True, "fresh": False, "definition_id": "t0", "distance_tokens": 600},
-        {"char": list(next_char), "target": "</", "kind": "next", "far": False, "fresh": False, "definition_id": "t0", "distance_tokens": 100},
-        {"char": list(cmd_char), "target": " lsx", "kind": "command", "far": False, "fresh": False, "definition_id": "c0", "distance_tokens": 90},
-        {"char": list(inner_char), "target": "ead", "kind": "name", "far": True, "fresh": True, "definition_id": "t0", "distance_tokens": 600},
+        {
+            "char": list(name_char),
+            "target": "read",
+            "kind": "name",
+            "far": True,
+            "fresh": True,
+            "definition_id": "t0",
+            "distance_tokens": 600,
+        },
+        {
+            "char": list(param_char),
+            "target": "path",
+            "kind": "param",
+            "far": True,
+            "fresh": False,
+            "definition_id": "t0",
+            "distance_tokens": 600,
+        },
+        {
+            "char": list(next_char),
+            "target": "</",
+            "kind": "next",
+            "far": False,
+            "fresh": False,
+            "definition_id": "t0",
+            "distance_tokens": 100,
+        },
+        {
+            "char": list(cmd_char),
+            "target": " lsx",
+            "kind": "command",
+            "far": False,
+            "fresh": False,
+            "definition_id": "c0",
+            "distance_tokens": 90,
+        },
+        {
+            "char": list(inner_char),
+            "target": "ead",
+            "kind": "name",
+            "far": True,
+            "fresh": True,
+            "definition_id": "t0",
+            "distance_tokens": 600,
+        },
     ]
     return {
         "id": item_id,
@@ -127,7 +167,7 @@ def rules_rows(config: str, context_id: str, seed: int) -> list[dict[str, Any]]:
         body_parts.append(f" grep -n item{n} notes.txt\n" + filler(rng, 30))
     body = "".join(body_parts) + "<|im_end|>\n"
     rows = []
-    for family, (rule, original, expected) in RULES.items():
+    for family, (rule, _original, expected) in RULES.items():
         for placement in ("system", "user"):
             without = head + user_turn + body
             cut = len(head) if placement == "system" else len(head + user_turn)
@@ -137,18 +177,31 @@ def rules_rows(config: str, context_id: str, seed: int) -> list[dict[str, Any]]:
             targets = []
             for n, at in enumerate(actions):
                 w0 = offset + at
-                targets.append({
-                    "char_without_rule": [w0, w0 + len(" grep")],
-                    "char_with_rule": [w0 + len(line), w0 + len(line) + len(" grep")],
-                    "expected_text": expected, "original_text": " grep", "distance_tokens": 700,
-                    "first": n == 0, "mentioned": False,
-                })
-            rows.append({
-                "id": f"{context_id}-{family}-{placement}", "context_id": context_id,
-                "text_without_rule": without, "text_with_rule": with_rule, "rule": rule,
-                "rule_char": [cut + 1, cut + len(line)], "family": family, "placement": placement,
-                "lang": config.removeprefix("rules_"), "targets": targets,
-            })
+                targets.append(
+                    {
+                        "char_without_rule": [w0, w0 + len(" grep")],
+                        "char_with_rule": [w0 + len(line), w0 + len(line) + len(" grep")],
+                        "expected_text": expected,
+                        "original_text": " grep",
+                        "distance_tokens": 700,
+                        "first": n == 0,
+                        "mentioned": False,
+                    }
+                )
+            rows.append(
+                {
+                    "id": f"{context_id}-{family}-{placement}",
+                    "context_id": context_id,
+                    "text_without_rule": without,
+                    "text_with_rule": with_rule,
+                    "rule": rule,
+                    "rule_char": [cut + 1, cut + len(line)],
+                    "family": family,
+                    "placement": placement,
+                    "lang": config.removeprefix("rules_"),
+                    "targets": targets,
+                }
+            )
     return rows
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-
 _MEMO: dict[tuple, list[tuple[int, float]]] = {}
 
 

@@ -15,7 +15,7 @@ class Pair:
     baseline: Path  # the reference's baseline (raw scores, rows, sets)
     results: Path  # the degraded model's results JSON (longctx score --out)
     scores: Path  # the degraded model's scores file (--save_scores)
-    reference: object  # scoring.Results of each side
+    reference: object  # scoring.pipeline.Results of each side
     degraded: object
 
 
@@ -26,7 +26,7 @@ def degraded_model(model):
 def score_pair(model, tokenizer, data_dir: Path, folder: Path) -> Pair:
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.data.load import load_dataset
-    from pytest_longctx.reports.text import write_json
+    from pytest_longctx.reports.format import write_json
     from pytest_longctx.scoring.cache import ScoreCache
     from pytest_longctx.scoring.pipeline import score_sets
 

@@ -5,11 +5,11 @@ import gzip
 import json
 
 import pytest
-
 from itemkit import write_split
-from pytest_longctx.scoring.scores_file import load_scores
+
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring.scores_file import load_scores
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:
@@ -90,6 +90,6 @@ def test_a_truncated_scores_file(tmp_path):
 
 def test_limit_and_selection(data_dir):
     dataset = load_dataset(data_dir, sets=["facts", "rules_cs"], lengths=["8k"], limit=1)
-    assert {c: {n: len(i) for n, i in by.items()} for c, by in dataset.sets.items()} == {"facts": {"8k": 1}, "rules_cs": {"8k": 1}}
+    assert {c: {n: len(i) for n, i in by.items()} for c, by in dataset.configs.items()} == {"facts": {"8k": 1}, "rules_cs": {"8k": 1}}
     whole = load_dataset(data_dir)
     assert len(list(whole.items())) == 2 * (2 + 2 + 3 * 12)

@@ -30,7 +30,7 @@ def test_score_writes_results_and_prints_the_rows(model_dir, data_dir, tmp_path,
     assert set(results) >= {"rows", "sets", "reference", "mode", "meta"}
     assert results["mode"] == "ids" and results["reference"] is None
     assert results["meta"]["weights"] and results["meta"]["data"] and results["meta"]["device"] == "cpu"
-    for name, value in results["rows"].items():
+    for name, _value in results["rows"].items():
         assert name in captured.out
     assert "Facts recalled at 2k tokens" in captured.out
     assert "items" in captured.err and "tokens/s" in captured.err and "ETA" in captured.err

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from itemkit import write_split
-from pytest_longctx.data.builtin.faithfulness import build_faithfulness
+
 from pytest_longctx.cli import main
 from pytest_longctx.compress.sweep import Point, at_savings, pareto_front, parse_sweep
+from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.errors import LongctxError
 
 

@@ -6,8 +6,8 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from itemkit import write_split
+
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 
 ROW = "Facts retained, paraphrase probes"

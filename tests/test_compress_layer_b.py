@@ -8,19 +8,20 @@ import json
 import math
 import re
 
-import pytest
-
 import naive
+import pytest
 from conftest import trained_qwen3
 from itemkit import write_split
+
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.compress.evaluate import Reader, compress_one, read_answers
 from pytest_longctx.compress.interface import resolve
-from pytest_longctx.scoring.chat import render, session_reads
+from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.schema import parse_item
+from pytest_longctx.scoring.chat import render
 from pytest_longctx.scoring.pipeline import score_sets
+from pytest_longctx.scoring.reads import session_reads
 
 TOL = 1e-4
 

@@ -7,11 +7,11 @@ import random
 
 import numpy as np
 import pytest
-
 from conftest import perturbed
-from pytest_longctx.scoring import engine, prefix_tree
+
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset
+from pytest_longctx.scoring import engine, prefix_tree
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.reads import plan_reads
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_longctx.cli import main
+from pytest_longctx.compress.words import content_words
 from pytest_longctx.data.builtin.faithfulness import DEFAULT_ITEMS, build_faithfulness, item_plan
 from pytest_longctx.data.builtin.faithfulness_facts import LOW_SURPRISAL, STANDARD
 from pytest_longctx.data.builtin.text import code_files, wikipedia_articles
-from pytest_longctx.cli import main
-from pytest_longctx.data.sessions import load_sessions
-from pytest_longctx.compress.words import content_words
 from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, session_text
+from pytest_longctx.data.sessions import load_sessions
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def built(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def items(built):
-    return load_sessions(str(built)).sets["faithfulness"]["train"]
+    return load_sessions(str(built)).configs["faithfulness"]["train"]
 
 
 def test_same_seed_same_items_and_a_card(built, items):

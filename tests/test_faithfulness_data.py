@@ -6,11 +6,11 @@ import copy
 import json
 
 import pytest
-
 from itemkit import write_split
-from pytest_longctx.data.sessions import load_sessions
+
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import FaithfulnessItem, Message
+from pytest_longctx.data.sessions import load_sessions
 from pytest_longctx.errors import DataError, LongctxError
 
 
@@ -43,13 +43,13 @@ def test_published_rows_load_from_every_layout(tmp_path):
     write_split(tmp_path / "bench", "faithfulness", "train", rows, fmt="jsonl")
     for data in (tmp_path / "hub", single, tmp_path / "bench"):
         dataset = load_sessions(str(data))
-        (split, items), = dataset.sets["faithfulness"].items()
+        (split, items), = dataset.configs["faithfulness"].items()
         assert [i.id for i in items] == ["s0000", "s0001"], data
         item = items[0]
         assert isinstance(item, FaithfulnessItem) and item.suite == "standard"
         assert item.messages[2] == Message("assistant", "Background jobs run through a Redis-backed queue.", None)
         assert item.required_facts == ("[Rr]edis",) and item.depth == "early" and item.placement == "statement"
-    assert load_sessions(str(tmp_path / "hub"), limit=1).sets["faithfulness"]["train"][0].id == "s0000"
+    assert load_sessions(str(tmp_path / "hub"), limit=1).configs["faithfulness"]["train"][0].id == "s0000"
 
 
 def test_the_model_gate_reads_the_config_beside_the_length_splits(tmp_path, rows):
@@ -58,7 +58,7 @@ def test_the_model_gate_reads_the_config_beside_the_length_splits(tmp_path, rows
             write_split(tmp_path, config, split, split_rows)
     write_split(tmp_path, "faithfulness", "train", [published_row("s0000")])
     dataset = load_dataset(tmp_path, lengths=["2k"])  # the lengths select the other configs' splits only
-    assert {c: list(by) for c, by in dataset.sets.items()} == {"facts": ["2k"], "faithfulness": ["train"]}
+    assert {c: list(by) for c, by in dataset.configs.items()} == {"facts": ["2k"], "faithfulness": ["train"]}
     assert dataset.lengths == ["2k", "train"]
 
 
@@ -93,9 +93,9 @@ def test_no_sessions_in_a_folder_says_which_layouts_are_read(tmp_path):
 
 
 def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path, rows):
-    from pytest_longctx.scoring.scores_file import ScoresFile
-    from pytest_longctx.gate.options import read_options
     from pytest_longctx.gate.model_run import GateRun
+    from pytest_longctx.gate.options import read_options
+    from pytest_longctx.scoring.scores_file import ScoresFile
 
     write_split(tmp_path, "facts", "2k", rows[("facts", "2k")])
     write_split(tmp_path, "faithfulness", "train", [published_row("s0000")])
@@ -106,8 +106,8 @@ def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path
         return GateRun(read_options(values.get, lambda name: None, None), tmp_path)
 
     left_out = run()
-    assert list(left_out.dataset.sets) == ["facts"] and {k[0] for k in left_out.fingerprints} == {"facts"}
+    assert list(left_out.dataset.configs) == ["facts"] and {k[0] for k in left_out.fingerprints} == {"facts"}
     assert left_out.warnings == ["config faithfulness: it has none of its scores, so faithfulness is not gated; "
                                  "recreate the baseline (--longctx-update-baseline) to gate it"]
     asked = run(longctx_sets="facts,faithfulness")  # asked for by name: gated, and refused when scored
-    assert list(asked.dataset.sets) == ["facts", "faithfulness"] and asked.warnings == []
+    assert list(asked.dataset.configs) == ["facts", "faithfulness"] and asked.warnings == []

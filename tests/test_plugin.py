@@ -5,7 +5,6 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from conftest import perturbed
 
 ROW = "Facts recalled at 2k tokens"
@@ -109,9 +108,9 @@ def test_invalid_option_values_name_the_option_and_source(pytester, models, data
 
 
 def test_a_baseline_from_other_data_is_refused(pytester, models, data_dir, baseline, tmp_path, rows):
-    from itemkit import write_split
-
     import copy
+
+    from itemkit import write_split
 
     changed = {key: copy.deepcopy(split) for key, split in rows.items() if key[1] == "2k"}
     changed[("facts", "2k")][0]["targets"][0]["distance_tokens"] += 1  # any field of an item counts

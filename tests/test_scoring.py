@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import naive
+import pytest
 from conftest import perturbed
+
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.scoring.scores_file import load_scores
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.scoring.pipeline import score_sets
+from pytest_longctx.scoring.scores_file import load_scores
 
 TOL = 1e-4
 
@@ -76,8 +76,8 @@ def test_rules_scores_equal_the_naive_pass(ids_results, naive_ids, rows):
 def test_a_model_is_its_own_reference_without_one(ids_results):
     for config in ("rules_en", "rules_cs", "rules_de"):
         for length in ("2k", "8k"):
-            for placement, by_family in ids_results.sets[config][length]["cells"].items():
-                for family, cell in by_family.items():
+            for _placement, by_family in ids_results.sets[config][length]["cells"].items():
+                for _family, cell in by_family.items():
                     if cell["counted"]:
                         assert cell["follow"] == 1.0 and close(cell["retained"], 1.0)
                     else:

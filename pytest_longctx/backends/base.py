@@ -5,6 +5,9 @@ from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
 
 class ReadResult(NamedTuple):
+    """What a backend answers for one sequence: per read position, its top-1 token and the log-
+    probabilities asked for."""
+
     top1: list[int]  # the most likely next token at each position
     logprobs: list[list[float]]  # log p(token) at each position, for the tokens asked for there
 

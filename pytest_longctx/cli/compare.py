@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
-from pytest_longctx.scoring.scores_file import load_scores
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.verdicts import Thresholds, parse_overrides
+from pytest_longctx.parse import finite_nonnegative
+from pytest_longctx.reports.html import html_report
+from pytest_longctx.reports.markdown import markdown_report
+from pytest_longctx.reports.tables import text_report
+from pytest_longctx.scoring.scores_file import load_scores
 
 FORMATS = ("text", "markdown", "json", "html")
 
 
 def _nonnegative(value: str) -> float:
     try:
-        number = float(value)
+        return finite_nonnegative(value)
     except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number >= 0")
-    return number
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number >= 0") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,16 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(comparison: Comparison, fmt: str, top: int) -> str:
     if fmt == "markdown":
-        from pytest_longctx.reports.markdown import markdown_report
-
         return markdown_report(comparison, top)
     if fmt == "json":
         return json.dumps(comparison.to_json(top), indent=2, allow_nan=False) + "\n"
     if fmt == "html":
-        from pytest_longctx.reports.html import html_report
-
         return html_report(comparison)
-    from pytest_longctx.reports.tables import text_report
 
     return text_report(comparison, top)
 

@@ -8,16 +8,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_longctx.cli.args import add_reader_arguments, comma_list
-from pytest_longctx.data.records import session_text
-from pytest_longctx.errors import LongctxError
-from pytest_longctx.metrics.faithfulness import compression_metrics
-from pytest_longctx.reports.text import write_json
-from pytest_longctx.data.sessions import load_sessions, sessions
+from pytest_longctx.backends import load_backend
+from pytest_longctx.cli.args import add_reader_arguments
 from pytest_longctx.compress.evaluate import Compressed, Reader, compress_one, read_answers
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, row_values
 from pytest_longctx.compress.sweep import DEFAULT_SWEEPS, Point, full_context_line, knob_grid, matched_table, pareto_table, parse_sweep
+from pytest_longctx.data.records import session_text
+from pytest_longctx.data.sessions import load_sessions, sessions
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.metrics.faithfulness import compression_metrics
+from pytest_longctx.parse import comma_list
+from pytest_longctx.progress import Progress
+from pytest_longctx.reports.format import write_json
+from pytest_longctx.scoring.cache import ScoreCache
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,8 +66,6 @@ def _metrics(done: list[Compressed]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_longctx.scoring.progress import Progress
-
     def note(message: str) -> None:
         if not args.quiet:
             print(f"compress-bench: {message}", file=sys.stderr, flush=True)
@@ -74,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
     pairs = sessions(dataset)
     backend = None
     if args.model:
-        from pytest_longctx.backends import load_backend
-
         backend, _ = load_backend(args.model, args.backend, args.dtype, args.device)
     reader = Reader.of(backend, args.model)
     progress = None if args.quiet else Progress
@@ -91,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
              + (f", {errors} failed (first: {next(c.outcome['error'] for c in done if c.outcome['error'])})" if errors else ""))
         runs.append((compressor, done))
     if backend is not None:
-        from pytest_longctx.scoring.cache import ScoreCache
-
         read_answers(reader, [c for _, done in runs for c in done], progress and
                      (lambda items, tokens: Progress(items, tokens, label="layer B")),
                      ScoreCache.for_backend(backend, args.cache_dir))

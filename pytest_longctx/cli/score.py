@@ -5,12 +5,14 @@ import argparse
 import sys
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.scoring.scores_file import load_scores
-from pytest_longctx.cli.args import add_reader_arguments, comma_list
+from pytest_longctx.cli.args import add_reader_arguments
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.reports.text import rows_table, write_json
+from pytest_longctx.parse import comma_list
+from pytest_longctx.reports.format import write_json
+from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import require_finite, score_sets
+from pytest_longctx.scoring.scores_file import load_scores
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sets", type=comma_list, help="configs to score, comma-separated (default: all present)")
     p.add_argument("--lengths", type=comma_list, help="splits to score, e.g. 2k,8k (default: all present)")
     p.add_argument("--limit", type=int, help="the first N items of each config and length")
-    p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (SPEC §1.2)")
+    p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (docs/metrics.md#tokenization-modes)")
     p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
     p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
                    help="the reference model's saved scores: the rules effects are measured against it")

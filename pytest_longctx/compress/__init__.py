@@ -1,4 +1,4 @@
-"""Context compressors and the faithfulness gate (SPEC §2).
+"""Context compressors and the faithfulness gate (docs/metrics.md#faithfulness-of-context-compressors).
 
 An agent compresses its own context (drops old turns, trims tool output, prunes
 tokens); the gate asks whether the compressed context still carries the fact a later

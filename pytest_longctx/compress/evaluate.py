@@ -6,14 +6,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from pytest_longctx.scoring import engine
+from pytest_longctx.compress.interface import Compressor
+from pytest_longctx.compress.selfinfo import SelfInformation
+from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import Outcome
+from pytest_longctx.scoring import engine
+from pytest_longctx.scoring.chat import count_tokens
+from pytest_longctx.scoring.reads import session_reads
 from pytest_longctx.scoring.records import target_records
-from pytest_longctx.compress.interface import Compressor
-from pytest_longctx.scoring.chat import count_tokens, session_reads
-from pytest_longctx.compress.selfinfo import SelfInformation
 
 REFERENCE_TOKENIZER = "Qwen3.5 (the benchmark's reference tokenizer)"
 
@@ -33,8 +35,6 @@ class Reader:
     def of(cls, backend: Any, model: str | None) -> Reader:
         """The model's reader, or without one (Layer A only) the Qwen3.5 tokenizer's."""
         if backend is None:
-            from pytest_longctx.data.qwen import qwen35_tokenizer
-
             return cls(qwen35_tokenizer(), REFERENCE_TOKENIZER)
         tokenizer = getattr(backend, "tokenizer", None)
         if tokenizer is None:
@@ -56,6 +56,8 @@ class Reader:
 
 @dataclass
 class Compressed:
+    """One session through one compressor: the compressed messages and what they kept."""
+
     split: str
     item: FaithfulnessItem
     messages: tuple[Message, ...] | None  # None when the compression failed

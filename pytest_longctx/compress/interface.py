@@ -1,26 +1,27 @@
 """The compressor interface: ``compress(messages, probe, **knobs) -> messages``.
 
-A compressor is named as ``module:function`` (or a built-in's name, see ``methods``)
-and called with the session's messages (dicts ``{"role", "content", "name"}``, fresh
-copies), the probe, its keyword knobs, and what it asks for by keyword:
+A compressor is named as ``module:function``, a built-in's name (see ``methods``) or an
+entry point's in the ``pytest_longctx.compressors`` group, and called with the session's
+messages (dicts ``{"role", "content", "name"}``, fresh copies), the probe, its keyword knobs, and what it asks for by keyword:
 ``tokenizer`` (the evaluated model's, or the Qwen3.5 one without a model) and
 ``scorer`` (self-information of a text's tokens under the evaluated model). A
 compressor that raises or returns something other than messages fails that item with a
 message naming it; the other items go on.
 """
+
 from __future__ import annotations
 
 import ast
-import importlib
 import inspect
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from pytest_longctx.backends.registry import COMPRESSORS, RegistryError
+from pytest_longctx.backends.registry import resolve as resolve_name
+from pytest_longctx.compress.methods import BUILTIN
 from pytest_longctx.data.records import FaithfulnessItem, Message
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.compress.methods import BUILTIN
 
 SERVICES = ("tokenizer", "scorer")
 
@@ -48,22 +49,10 @@ def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
 
 
 def _import(spec: str, search: Path | None) -> Callable[..., Any]:
-    if spec in BUILTIN:
-        return BUILTIN[spec]
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise LongctxError(f"compressor {spec!r}: expected module:function or one of {', '.join(BUILTIN)}")
     try:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:  # a module beside the tests, as pytest finds conftest.py
-            if search is None or exc.name != module_name.split(".")[0]:
-                raise
-            sys.path.insert(0, str(search))
-            module = importlib.import_module(module_name)
-        function = getattr(module, attribute)
-    except (ImportError, AttributeError) as exc:
-        raise LongctxError(f"compressor {spec!r}: cannot import it ({type(exc).__name__}: {exc})") from None
+        function = resolve_name(spec, COMPRESSORS, BUILTIN, search)
+    except RegistryError as exc:
+        raise LongctxError(f"compressor {spec!r}: {exc}") from None
     if not callable(function):
         raise LongctxError(f"compressor {spec!r}: {type(function).__name__} is not callable")
     return function
@@ -71,6 +60,9 @@ def _import(spec: str, search: Path | None) -> Callable[..., Any]:
 
 @dataclass(frozen=True)
 class Compressor:
+    """A resolved compressor with its knobs, callable on an item; a failure is a
+    ``CompressorError``."""
+
     spec: str
     function: Callable[..., Any]
     knobs: Mapping[str, Any]
@@ -100,8 +92,9 @@ def validate_output(result: Any, where: str) -> tuple[Message, ...]:
             raise CompressorError(f"{where}: message {n} is {type(message).__name__}; {fix}")
         role, content, name = message.get("role"), message.get("content"), message.get("name")
         if not isinstance(role, str) or not isinstance(content, str) or not isinstance(name, (str, type(None))):
-            raise CompressorError(f"{where}: message {n} has role {role!r:.30}, content of type "
-                                  f"{type(content).__name__}, name {name!r:.30}; {fix}")
+            raise CompressorError(
+                f"{where}: message {n} has role {role!r:.30}, content of type {type(content).__name__}, name {name!r:.30}; {fix}"
+            )
         messages.append(Message(role, content, name))
     return tuple(messages)
 
@@ -117,7 +110,5 @@ def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> 
     accepted = [name for name in list(parameters)[2:] if name not in SERVICES]
     unknown = [k for k in knobs if k in SERVICES or (k not in accepted and not open_ended)]
     if unknown:
-        raise LongctxError(f"compressor {spec}: unknown knob {', '.join(unknown)}; it takes "
-                           f"{', '.join(accepted) or 'no knobs'}")
+        raise LongctxError(f"compressor {spec}: unknown knob {', '.join(unknown)}; it takes {', '.join(accepted) or 'no knobs'}")
     return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters))
-

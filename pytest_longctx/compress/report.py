@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.reports.text import delta, number, table, verdict_word, write_json
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
+from pytest_longctx.numbers import delta, number
+from pytest_longctx.reports.format import table, write_json
 
 HEADERS = ["row", "full context", "compressed", "delta", "threshold", "verdict"]
 
@@ -15,7 +16,7 @@ def gate_table(evaluation: CompressionEvaluation) -> str:
     for row in evaluation.rows:
         verdict = evaluation.verdict(row.key)
         lines.append([row.label, number(row.full), number(row.compressed), delta(row.compressed, row.full),
-                      f">= {verdict.threshold:.3f}" if verdict else "reported", verdict_word(verdict) if verdict else "-"])
+                      f">= {verdict.threshold:.3f}" if verdict else "reported", verdict.word if verdict else "-"])
     return table(HEADERS, lines)
 
 
@@ -47,7 +48,7 @@ def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> l
         properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),
                        (f"longctx.full_row.{row.label}", number(row.full, 6)),
                        (f"longctx.threshold_row.{row.label}", number(verdict.threshold, 6) if verdict else "reported"),
-                       (f"longctx.verdict.{row.label}", verdict_word(verdict) if verdict else "reported")]
+                       (f"longctx.verdict.{row.label}", verdict.word if verdict else "reported")]
     return properties
 
 
@@ -58,7 +59,7 @@ def results_json(run: CompressorRun, evaluation: CompressionEvaluation) -> dict[
         "sets": evaluation.sets,
         "meta": run.meta,
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "compressed": v.model, "full": v.baseline,
-                      "threshold": v.threshold, "verdict": verdict_word(v)} for v in evaluation.verdicts],
+                      "threshold": v.threshold, "verdict": v.word} for v in evaluation.verdicts],
         "items": {"/".join(key): outcome for key, outcome in run.outcomes.items()},
     }
 

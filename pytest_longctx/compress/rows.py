@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from pytest_longctx.compress.evaluate import retained_facts
 from pytest_longctx.data.records import FaithfulnessItem
 from pytest_longctx.metrics.faithfulness import Outcome, compression_summary
-from pytest_longctx.compress.evaluate import retained_facts
 
 
 @dataclass(frozen=True)
 class RowSpec:
+    """A row of the compressor gate: its key, its label, the value it shows and the items it covers."""
+
     key: str
     label: str
     value: str  # retention, savings, recall or logprob

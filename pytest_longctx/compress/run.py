@@ -19,26 +19,29 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem
-from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.verdicts import Verdict, item_key
-from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
-from pytest_longctx.gate.options import GateOptions
-from pytest_longctx.gate.model_run import Case, Key
-from pytest_longctx.data.sessions import load_sessions, sessions
+from pytest_longctx.backends.base import describe
 from pytest_longctx.compress.evaluate import Reader, compress_one, read_answers
 from pytest_longctx.compress.interface import parse_knobs, resolve
-from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, RowSpec, row_values
-
+from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, ItemKey
+from pytest_longctx.data.sessions import load_sessions, sessions
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.session import Case, Progress
+from pytest_longctx.gate.verdicts import Verdict, item_key
+from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
+from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.chat import chat_markup
 
 METRIC = {"retention": "retention", "savings": "savings", "recall": "drop", "logprob": "drop"}
 
 
 @dataclass
 class Row:
+    """A compressor-gate row: its value under the full and under the compressed context."""
+
     key: str
     label: str
     full: float | None  # the value under the full context
@@ -47,6 +50,8 @@ class Row:
 
 @dataclass
 class CompressionEvaluation:
+    """The compressor gate's rows, verdicts and per-split metrics."""
+
     rows: list[Row]
     verdicts: list[Verdict]
     sets: dict[str, dict[str, dict[str, Any]]]
@@ -56,10 +61,8 @@ class CompressionEvaluation:
 
 
 class CompressorRun:
-    """The compressor gate's session state: items, the compressor, outcomes, verdicts."""
-
-    kind = "compressor"
-    missing_baseline: str | None = None  # no baseline: the full context is the reference
+    """The compressor gate's session (a ``GateSession``): items, the compressor, outcomes,
+    verdicts. It needs no baseline: the full context is the reference."""
 
     def __init__(self, options: GateOptions, invocation_dir: Path):
         if options.compressor is None:
@@ -67,10 +70,10 @@ class CompressorRun:
         self.options = options
         self.thresholds = options.thresholds
         self.dataset = load_sessions(options.data, options.limit)
-        self.items: dict[Key, FaithfulnessItem] = {(FAITHFULNESS, split, item.id): item for split, item in sessions(self.dataset)}
+        self.items: dict[ItemKey, FaithfulnessItem] = {(FAITHFULNESS, split, item.id): item for split, item in sessions(self.dataset)}
         self.compressor = resolve(options.compressor, parse_knobs(options.knobs, "--longctx-knob"), invocation_dir)
-        self.outcomes: dict[Key, Outcome] = {}
-        self.needed: set[Key] = set()
+        self.outcomes: dict[ItemKey, Outcome] = {}
+        self.needed: set[ItemKey] = set()
         self.meta: dict[str, Any] = {}
         self.failure: str | None = None
         self.reader: Reader | None = None
@@ -88,7 +91,7 @@ class CompressorRun:
         found = self.thresholds.get(spec.key, METRIC[spec.value], default=False)
         return default if found is None else found
 
-    def item_threshold(self, key: Key) -> float | None:
+    def item_threshold(self, key: ItemKey) -> float | None:
         """An override for the item, else 1.00 when its row requires every fact kept."""
         found = self.thresholds.get(item_key(*key), "retention", default=False)
         if found is not None:
@@ -111,7 +114,7 @@ class CompressorRun:
 
     # -------------------------------------------------------------- compressing
 
-    def ensure(self, units: Iterable[str], backend: Any, progress: Callable[[int, int], Any] | bool = True) -> None:
+    def ensure(self, units: Iterable[str], backend: Any, progress: Progress = True) -> None:
         """Compress (and with a model, read) the needed items not done yet, once."""
         if self.failure:
             raise LongctxError(f"compression failed earlier in this session: {self.failure}")
@@ -132,9 +135,6 @@ class CompressorRun:
             self.outcomes[key] = compressed.outcome
 
     def _start(self, backend: Any) -> None:
-        from pytest_longctx.backends.base import describe
-        from pytest_longctx.scoring.cache import ScoreCache
-
         self.reader = Reader.of(backend, self.options.model)
         if backend is not None:
             self.cache = ScoreCache.for_backend(backend, self.options.cache_dir)
@@ -149,7 +149,7 @@ class CompressorRun:
         if not self.items or any(key not in self.outcomes for key in self.items):
             return CompressionEvaluation([], [], {})
         by_split: dict[str, dict[str, Any]] = {}
-        for split in self.dataset.sets[FAITHFULNESS]:
+        for split in self.dataset.configs[FAITHFULNESS]:
             chosen = [(key, item) for key, item in self.items.items() if key[1] == split]
             by_split[split] = compression_metrics([item for _, item in chosen], {item.id: self.outcomes[key] for key, item in chosen})
         rows, verdicts = [], []
@@ -162,11 +162,11 @@ class CompressorRun:
                 verdicts.append(self._verdict(spec, row, threshold, keys))
         return CompressionEvaluation(rows, verdicts, {FAITHFULNESS: by_split})
 
-    def _row(self, spec: RowSpec, keys: list[Key]) -> Row:
+    def _row(self, spec: RowSpec, keys: list[ItemKey]) -> Row:
         full, compressed = row_values(spec, [(self.items[key], self.outcomes[key]) for key in keys])
         return Row(spec.key, spec.label, full, compressed)
 
-    def _verdict(self, spec: RowSpec, row: Row, value: float, keys: list[Key]) -> Verdict:
+    def _verdict(self, spec: RowSpec, row: Row, value: float, keys: list[ItemKey]) -> Verdict:
         metric = METRIC[spec.value]
         if metric == "drop":
             threshold, rule = (row.full if row.full is not None else 0.0) - value, f"full context - {value:g}"
@@ -175,7 +175,7 @@ class CompressorRun:
         return Verdict(spec.key, spec.label, spec.value, row.compressed, row.full, threshold, rule,
                        self._losers(spec, keys), reference="full context")
 
-    def _losers(self, spec: RowSpec, keys: list[Key], top: int = 3) -> list[str]:
+    def _losers(self, spec: RowSpec, keys: list[ItemKey], top: int = 3) -> list[str]:
         """Items that lost their fact (or their answer); failed compressions first."""
         lost = []
         for key in keys:
@@ -188,7 +188,7 @@ class CompressorRun:
                 lost.append((1, key, f"{item.id} answer no longer recalled"))
         return [text for _, _, text in sorted(lost)[:top]]
 
-    def item_report(self, key: Key) -> tuple[list[str], dict[str, Any]]:
+    def item_report(self, key: ItemKey) -> tuple[list[str], dict[str, Any]]:
         outcome, item = self.outcomes[key], self.items[key]
         properties = {**labels(item), **{k: v for k, v in outcome.items() if k not in ("full", "compressed")}}
         for context in ("full", "compressed"):

@@ -1,4 +1,4 @@
-"""Compressors compared at matched realized savings (SPEC §2), never at matched knobs:
+"""Compressors compared at matched realized savings (docs/metrics.md#faithfulness-of-context-compressors), never at matched knobs:
 each method runs a sweep of one knob; every point's savings and retention are
 measured; the Pareto front over (savings, retention) is marked, and each method's
 retention is interpolated at common savings levels."""
@@ -8,9 +8,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_longctx.errors import LongctxError
-from pytest_longctx.reports.text import delta, number, table
 from pytest_longctx.compress.interface import parse_value
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.numbers import NA, delta, number
+from pytest_longctx.parse import comma_list
+from pytest_longctx.reports.format import table
 
 # A knob sweep per built-in method, spanning light to heavy compression of the builtin
 # sessions (about 900 tokens each).
@@ -32,7 +34,7 @@ def parse_sweep(text: str) -> tuple[str, str, list[Any]]:
     knob, sep, values = assignment.partition("=")
     if not method or not sep or not knob.isidentifier() or not values.strip():
         raise LongctxError(f"--sweep {text!r}: expected METHOD:KNOB=V1,V2,... e.g. last_tokens:tokens=256,512")
-    return method, knob, [parse_value(v.strip()) for v in values.split(",") if v.strip()]
+    return method, knob, [parse_value(v) for v in comma_list(values)]
 
 
 def knob_grid(sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -43,6 +45,8 @@ def knob_grid(sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class Point:
+    """One compressor at one knob setting: its rows and metrics, a point of the Pareto table."""
+
     method: str
     knobs: dict[str, Any]
     rows: dict[str, tuple[float | None, float | None]]  # row key -> (full context, compressed)
@@ -110,7 +114,7 @@ def matched_table(points: Sequence[Point]) -> str:
         cells = []
         for level in MATCHED_SAVINGS:
             overall, paraphrase = at_savings(mine, level, "retention"), at_savings(mine, level, "retention-paraphrase")
-            cells.append("n/a" if overall is None else f"{overall:.2f} / {number(paraphrase, 2)}")
+            cells.append(NA if overall is None else f"{overall:.2f} / {number(paraphrase, 2)}")
         lines.append([method, *cells])
     return table(["method", *(f"at {level:.0%} savings" for level in MATCHED_SAVINGS)], lines)
 

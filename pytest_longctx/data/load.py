@@ -9,73 +9,57 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from pytest_longctx.errors import DataError, LongctxError
-from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, Item
+from pytest_longctx.data.builtin.cache import builtin_dir
+from pytest_longctx.data.lengths import sorted_lengths
+from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, Item, ItemKey
 from pytest_longctx.data.schema import ID_COLUMNS, check_columns, parse_item
+from pytest_longctx.errors import DataError, LongctxError
+from pytest_longctx.parse import check_limit
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-def length_tokens(length: str) -> int:
-    """``"8k"`` -> 8192; used to order splits and name rows."""
-    match = re.fullmatch(r"(\d+)([kK]?)", length)
-    if not match:
-        raise LongctxError(f"length {length!r}: expected a split name like 2k, 8k or 32k")
-    return int(match.group(1)) * (1024 if match.group(2) else 1)
-
-
-def _split_order(split: str) -> tuple[int, str]:
-    """Lengths by size; names that are not lengths (the faithfulness config's) after them."""
-    try:
-        return length_tokens(split), ""
-    except LongctxError:
-        return 1 << 62, split
-
-
-def sorted_lengths(lengths: Sequence[str]) -> list[str]:
-    return sorted(set(lengths), key=_split_order)
+SPLIT_FILE = re.compile(r"(\w+?)(-\d{5}-of-\d{5})?\.(parquet|jsonl)")  # group 1: the split's name
 
 
 @dataclass
 class Dataset:
-    """The selected items: ``sets[config][length]`` -> items, in file order."""
+    """The selected items: ``configs[config][length]`` -> items, in file order. (A config's
+    metrics, elsewhere, are its "sets"; here are its items.)"""
 
     source: str
-    sets: dict[str, dict[str, list[Item]]] = field(default_factory=dict)
+    configs: dict[str, dict[str, list[Item]]] = field(default_factory=dict)
     files: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def items(self) -> Iterator[tuple[str, str, Item]]:
-        for config, by_length in self.sets.items():
+        for config, by_length in self.configs.items():
             for length, items in by_length.items():
                 for item in items:
                     yield config, length, item
 
-    def select(self, keys: set[tuple[str, str, str]]) -> Dataset:
+    def select(self, keys: set[ItemKey]) -> Dataset:
         """The items whose (config, length, id) is in ``keys``, in the same order."""
         chosen = Dataset(source=self.source, files=self.files)
         for config, length, item in self.items():
             if (config, length, item.id) in keys:
-                chosen.sets.setdefault(config, {}).setdefault(length, []).append(item)
+                chosen.configs.setdefault(config, {}).setdefault(length, []).append(item)
         return chosen
 
     @property
     def lengths(self) -> list[str]:
-        return sorted_lengths([length for by_length in self.sets.values() for length in by_length])
+        return sorted_lengths([length for by_length in self.configs.values() for length in by_length])
 
 
-def _split_files(root: Path, config: str) -> dict[str, list[Path]]:
-    """Split name -> its files, for the layouts SPEC §1.1 accepts."""
-    found: dict[str, list[Path]] = {}
-    for folder in (root / config, root / "data" / config):
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.iterdir()):
-            match = re.fullmatch(r"(\w+?)(-\d{5}-of-\d{5})?\.(parquet|jsonl)", path.name)
+def split_files(*folders: Path) -> dict[str, list[Path]]:
+    """Split name -> its files (``<split>.parquet``, ``<split>-00000-of-00001.parquet``,
+    ``<split>.jsonl``), in the first of ``folders`` that holds any."""
+    for folder in folders:
+        found: dict[str, list[Path]] = {}
+        for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+            match = SPLIT_FILE.fullmatch(path.name)
             if match:
                 found.setdefault(match.group(1), []).append(path)
         if found:
-            break
-    return found
+            return found
+    return {}
 
 
 def _table_rows(path: Path, limit: int | None) -> Iterator[dict[str, Any]]:
@@ -152,8 +136,6 @@ def resolve_source(data: str, lengths: Sequence[str] | None = None) -> Path:
     """A local folder for ``builtin`` (built on first use, only the lengths asked for), a
     path, or a hub id (downloaded when possible)."""
     if data == "builtin":
-        from pytest_longctx.data.builtin.cache import builtin_dir
-
         return builtin_dir(lengths)
     path = Path(data).expanduser()
     if path.exists():
@@ -193,13 +175,12 @@ def load_dataset(
     unknown = [s for s in wanted if s not in ALL_CONFIGS]
     if unknown:
         raise LongctxError(f"--sets: unknown config {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}")
-    if limit is not None and limit < 1:
-        raise LongctxError(f"--limit {limit}: must be at least 1")
+    check_limit(limit)
     dataset = Dataset(source=str(data))
     available: set[str] = set()
     found = False
     for config in wanted:
-        splits = _split_files(root, config)
+        splits = split_files(root / config, root / "data" / config)
         if not splits and sets:
             raise LongctxError(f"{root}: no files for config {config} (expected {root}/{config}/<split>-*.parquet)")
         found = found or bool(splits)
@@ -208,7 +189,7 @@ def load_dataset(
         for length in sorted_lengths(lengths) if lengths and config != FAITHFULNESS else sorted_lengths(list(splits)):
             if length in splits:
                 dataset.files[(config, length)] = ", ".join(str(p) for p in splits[length])
-                dataset.sets.setdefault(config, {})[length] = read_split(config, splits[length], limit)
+                dataset.configs.setdefault(config, {})[length] = read_split(config, splits[length], limit)
     if not found:
         raise LongctxError(f"{root}: no benchmark files found for {', '.join(wanted)} (expected <config>/<split>-*.parquet)")
     missing = [n for n in lengths or () if n not in available] if wanted != [FAITHFULNESS] else []

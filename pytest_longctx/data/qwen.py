@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+from importlib.metadata import version
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.paths import cache_dir
+from pytest_longctx.paths import cache_dir, write_atomically
 
 IM_START_ID = 248045
 
@@ -33,9 +34,7 @@ def qwen35_tokenizer():
         specials = [token for _, token in QWEN3_5_SPECIAL_TOKENS]
         backend = TikTokenConverter(vocab_file=vocab, pattern=QWEN3_5_PAT_STR, extra_special_tokens=specials).converted()
         backend.normalizer = normalizers.NFC()
-        partial = cached.with_suffix(f".{os.getpid()}.tmp")
-        backend.save(str(partial))
-        os.replace(partial, cached)
+        write_atomically(cached, lambda partial: backend.save(str(partial)))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
     if tokenizer.convert_tokens_to_ids("<|im_start|>") != IM_START_ID:
         raise LongctxError(f"{vocab}: <|im_start|> is not token {IM_START_ID}; this is not the Qwen3.5 vocabulary")
@@ -43,6 +42,4 @@ def qwen35_tokenizer():
 
 
 def _dist_version(name: str) -> str:
-    from importlib.metadata import version
-
     return version(name)

@@ -1,4 +1,4 @@
-"""Typed records of the benchmark's items (SPEC §1), one dataclass per config.
+"""Typed records of the benchmark's items (docs/metrics.md), one dataclass per config.
 
 Character spans are half-open ``(start, end)`` offsets into the item's text. Token
 fields prefixed ``qwen_`` hold the Qwen3.5 tokenization the items were built with:
@@ -8,15 +8,17 @@ They are optional: without them only the ``text`` mode can score an item.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
-import numpy as np
+if TYPE_CHECKING:  # token ids are numpy arrays; the records are made without importing it
+    import numpy as np
 
 Span = tuple[int, int]
+ItemKey = tuple[str, str, str]  # config, length (or split), item id: an item across the data
 
 CONFIGS = ("facts", "tool_calls", "rules_en", "rules_cs", "rules_de")  # the agent benchmark's, split by length
 RULES_CONFIGS = ("rules_en", "rules_cs", "rules_de")
-# Context-compression faithfulness (SPEC §2): agent sessions, splits not named by length.
+# Context-compression faithfulness (docs/metrics.md#faithfulness-of-context-compressors): agent sessions, splits not named by length.
 FAITHFULNESS = "faithfulness"
 ALL_CONFIGS = (*CONFIGS, FAITHFULNESS)
 FAMILIES = ("substitution", "redirect", "required")
@@ -28,6 +30,8 @@ FAR_TOKENS = 512
 
 @dataclass(frozen=True)
 class FactTarget:
+    """A fact asked for again: the answer's span, the planted fact's span, how far back it lies."""
+
     answer_char: Span  # the answer after the query, e.g. " 48213."
     answer: str
     fact_char: Span  # the planted fact sentence
@@ -38,6 +42,8 @@ class FactTarget:
 
 @dataclass(frozen=True, eq=False)
 class FactItem:
+    """An item of the facts config: one long text with its fact queries."""
+
     id: str
     text: str
     targets: tuple[FactTarget, ...]
@@ -48,6 +54,8 @@ class FactItem:
 
 @dataclass(frozen=True)
 class ToolDefinition:
+    """A tool definition or documented command given early in a tool_calls text, with its span."""
+
     id: str
     name: str
     kind: str  # "tool" (a JSON definition in <tools>) or "command" (a documented shell command)
@@ -57,6 +65,9 @@ class ToolDefinition:
 
 @dataclass(frozen=True)
 class ToolTarget:
+    """A token of a later tool call that depends on a definition (name, parameter, next token or
+    command)."""
+
     char: Span  # the span of the target token
     target: str
     kind: str  # one of TOOL_KINDS
@@ -69,6 +80,8 @@ class ToolTarget:
 
 @dataclass(frozen=True, eq=False)
 class ToolItem:
+    """An item of the tool_calls config: one agent session, its definitions and call targets."""
+
     id: str
     text: str
     definitions: tuple[ToolDefinition, ...]
@@ -79,6 +92,8 @@ class ToolItem:
 
 @dataclass(frozen=True)
 class RuleTarget:
+    """A place, after the rule, where the action the rule implies differs from the session's own."""
+
     char_without_rule: Span  # where the governed action starts, in text_without_rule
     char_with_rule: Span  # the same place in text_with_rule
     expected_text: str  # what the rule implies, e.g. " rg"
@@ -93,6 +108,8 @@ class RuleTarget:
 
 @dataclass(frozen=True, eq=False)
 class RuleItem:
+    """An item of a rules config: the same session without and with one rule line."""
+
     id: str
     context_id: str
     text_without_rule: str
@@ -110,6 +127,8 @@ class RuleItem:
 
 @dataclass(frozen=True)
 class Message:
+    """One chat message of a faithfulness session."""
+
     role: str
     content: str
     name: str | None = None
@@ -139,7 +158,7 @@ class FaithfulnessItem:
 
 
 def session_text(messages: Sequence[Message]) -> str:
-    """What fact retention searches (SPEC §2): every message's content, joined with newlines."""
+    """What fact retention searches (docs/metrics.md#faithfulness-of-context-compressors): every message's content, joined with newlines."""
     return "\n".join(m.content for m in messages)
 
 

@@ -6,8 +6,28 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pytest_longctx.data.records import (
+    DEPTHS,
+    FACT_PLACEMENTS,
+    FAMILIES,
+    PLACEMENTS,
+    PROBE_TYPES,
+    SUITES,
+    TOOL_KINDS,
+    FactItem,
+    FactTarget,
+    FaithfulnessItem,
+    Item,
+    Message,
+    RuleItem,
+    RuleTarget,
+    ToolDefinition,
+    ToolItem,
+    ToolTarget,
+    config_kind,
+    session_text,
+)
 from pytest_longctx.errors import DataError
-from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, FAMILIES, PLACEMENTS, PROBE_TYPES, SUITES, TOOL_KINDS, FactItem, FactTarget, FaithfulnessItem, Item, Message, RuleItem, RuleTarget, ToolDefinition, ToolItem, ToolTarget, config_kind, session_text
 
 # Columns that hold token ids: read as int arrays, not Python lists.
 ID_COLUMNS = ("qwen_ids", "qwen_ids_without_rule", "qwen_ids_with_rule")

@@ -9,11 +9,12 @@ from typing import Iterator
 
 import numpy as np
 
-from pytest_longctx.data.load import length_tokens, load_dataset
-from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, FAR_TOKENS, FactItem, Item, RuleItem, ToolItem, config_kind
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.data.builtin.fit import Encoding, SegmentEncoder
 from pytest_longctx.data.builtin.rules import mention_pattern
+from pytest_longctx.data.lengths import length_tokens
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, FAR_TOKENS, FactItem, Item, RuleItem, ToolItem, config_kind
+from pytest_longctx.errors import LongctxError
 
 CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 FUNCTION = re.compile(r"<function=([^>\n]*)>")
@@ -63,7 +64,11 @@ def _facts(item: FactItem, check: Checker, encoding: Encoding) -> None:
             continue
         end = encoding.covering(t.answer_char[1] - 1) + 1
         if t.qwen_answer_pos is not None:
-            check.check(tuple(t.qwen_answer_pos) == (first, end), f"{f}.qwen_answer_pos", f"{list(t.qwen_answer_pos)}, the answer tokens are [{first}, {end})")
+            check.check(
+                tuple(t.qwen_answer_pos) == (first, end),
+                f"{f}.qwen_answer_pos",
+                f"{list(t.qwen_answer_pos)}, the answer tokens are [{first}, {end})",
+            )
         distance = first - encoding.before(t.fact_char[1])
         check.check(t.distance_tokens == distance, f"{f}.distance_tokens", f"{t.distance_tokens}, recomputed {distance}")
 
@@ -123,24 +128,46 @@ def _rules(item: RuleItem, check: Checker, encodings: tuple[Encoding, Encoding],
     earliest = min((t.char_with_rule[0] for t in item.targets), default=None)
     for n, t in enumerate(item.targets):
         f = f"targets[{n}]"
-        check.check(without[slice(*t.char_without_rule)] == t.original_text, f"{f}.char_without_rule", f"span does not hold {t.original_text!r}")
-        check.check(tuple(t.char_with_rule) == (t.char_without_rule[0] + shift, t.char_without_rule[1] + shift), f"{f}.char_with_rule", "is not char_without_rule moved by the rule line")
+        check.check(
+            without[slice(*t.char_without_rule)] == t.original_text, f"{f}.char_without_rule", f"span does not hold {t.original_text!r}"
+        )
+        check.check(
+            tuple(t.char_with_rule) == (t.char_without_rule[0] + shift, t.char_without_rule[1] + shift),
+            f"{f}.char_with_rule",
+            "is not char_without_rule moved by the rule line",
+        )
         pos_without = _token(check, f"{f}.char_without_rule", enc_without, t.char_without_rule[0], len(without))
         pos_with = _token(check, f"{f}.char_with_rule", enc_with, t.char_with_rule[0], len(with_rule))
         if pos_without is None or pos_with is None:
             continue
         if t.qwen_pos_without_rule is not None:
-            check.check(t.qwen_pos_without_rule == pos_without, f"{f}.qwen_pos_without_rule", f"{t.qwen_pos_without_rule}, the target token is {pos_without}")
+            check.check(
+                t.qwen_pos_without_rule == pos_without,
+                f"{f}.qwen_pos_without_rule",
+                f"{t.qwen_pos_without_rule}, the target token is {pos_without}",
+            )
         if t.qwen_pos_with_rule is not None:
-            check.check(t.qwen_pos_with_rule == pos_with, f"{f}.qwen_pos_with_rule", f"{t.qwen_pos_with_rule}, the target token is {pos_with}")
+            check.check(
+                t.qwen_pos_with_rule == pos_with, f"{f}.qwen_pos_with_rule", f"{t.qwen_pos_with_rule}, the target token is {pos_with}"
+            )
         expected = encoder.encode(t.expected_text)
         if t.qwen_expected_id is not None and len(expected):
-            check.check(t.qwen_expected_id == int(expected.ids[0]), f"{f}.qwen_expected_id", f"{t.qwen_expected_id}, the first token of {t.expected_text!r} is {int(expected.ids[0])}")
+            check.check(
+                t.qwen_expected_id == int(expected.ids[0]),
+                f"{f}.qwen_expected_id",
+                f"{t.qwen_expected_id}, the first token of {t.expected_text!r} is {int(expected.ids[0])}",
+            )
         if len(expected):
-            check.check(int(expected.ids[0]) != int(enc_without.ids[pos_without]), f"{f}.expected_text", "starts with the same token as the original")
+            check.check(
+                int(expected.ids[0]) != int(enc_without.ids[pos_without]),
+                f"{f}.expected_text",
+                "starts with the same token as the original",
+            )
         distance = pos_with - rule_end
         check.check(t.distance_tokens == distance, f"{f}.distance_tokens", f"{t.distance_tokens}, recomputed {distance}")
-        check.check(distance >= FAR_TOKENS, f"{f}.distance_tokens", f"{distance} tokens after the rule; rules targets must be far ({FAR_TOKENS}+)")
+        check.check(
+            distance >= FAR_TOKENS, f"{f}.distance_tokens", f"{distance} tokens after the rule; rules targets must be far ({FAR_TOKENS}+)"
+        )
         if t.first:
             check.check(t.char_with_rule[0] == earliest, f"{f}.first", "set on a target that is not the earliest")
         before = with_rule[:start] + " " * shift + with_rule[end : t.char_with_rule[0]]
@@ -151,8 +178,10 @@ def _rules(item: RuleItem, check: Checker, encodings: tuple[Encoding, Encoding],
 
 def _texts(item: Item) -> list[tuple[str, str, np.ndarray | None]]:
     if isinstance(item, RuleItem):
-        return [("qwen_ids_without_rule", item.text_without_rule, item.qwen_ids_without_rule),
-                ("qwen_ids_with_rule", item.text_with_rule, item.qwen_ids_with_rule)]
+        return [
+            ("qwen_ids_without_rule", item.text_without_rule, item.qwen_ids_without_rule),
+            ("qwen_ids_with_rule", item.text_with_rule, item.qwen_ids_with_rule),
+        ]
     return [("qwen_ids", item.text, item.qwen_ids)]
 
 
@@ -189,7 +218,7 @@ def validate_dir(root: Path) -> Iterator[str]:
             continue
         if config == FAITHFULNESS:
             continue
-        for length, items in dataset.sets.get(config, {}).items():
+        for length, items in dataset.configs.get(config, {}).items():
             path = dataset.files[(config, length)]
             for item in items:
                 yield from check_item(config, length, item, encoder, f"{path}, item {item.id}")

@@ -6,18 +6,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
-from pytest_longctx.gate.results import Results, find_data
 from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.verdicts import Evaluation, Sets, Thresholds, Verdict, evaluate
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
-from pytest_longctx.reports.text import verdict_word
+from pytest_longctx.gate.results import ResultsFile, find_data
+from pytest_longctx.gate.verdicts import Evaluation, Sets, Thresholds, Verdict, evaluate, verdict_word
 from pytest_longctx.scoring.pipeline import compute_sets
+from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
 
 @dataclass
 class Comparison:
+    """A model against its baseline: every row and cell with its verdict, and what was lost item by
+    item and target by target; what every report renders."""
+
     model: str
     baseline: str
     mode: str
@@ -42,7 +44,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return verdict_word(self.passed)
 
     def to_json(self, count: int = 0) -> dict[str, Any]:
         """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
@@ -52,7 +54,7 @@ class Comparison:
             "model": self.model, "baseline": self.baseline, "mode": self.mode, "passed": self.passed,
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows, "row_sources": evaluation.row_sources,
-            "verdicts": [{**asdict(v), "verdict": verdict_word(v)} for v in evaluation.verdicts],
+            "verdicts": [{**asdict(v), "verdict": v.word} for v in evaluation.verdicts],
             "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
@@ -76,7 +78,7 @@ def from_gate_run(run: Any, evaluation: Evaluation) -> Comparison:
                       items, targets, errors=errors)
 
 
-def _stored_sets(results: Results, baseline: ScoresFile) -> tuple[Sets, Sets]:
+def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:
     """Both sides' metrics as their files stored them, on the same items."""
     recompute = "pass --data DIR (the data they were scored on) so both are computed from the raw scores"
     if results.sets is None:
@@ -96,7 +98,7 @@ def _stored_sets(results: Results, baseline: ScoresFile) -> tuple[Sets, Sets]:
     return results.sets, baseline_sets
 
 
-def compare_files(baseline: ScoresFile, results: Results, data: str | None, thresholds: Thresholds) -> Comparison:
+def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, thresholds: Thresholds) -> Comparison:
     """Recomputed from both sides' raw scores when the items are at hand (exactly as the
     gate computes them), else from the metrics the files stored."""
     notes: list[str] = []

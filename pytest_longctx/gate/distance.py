@@ -30,6 +30,8 @@ def bucket_of(distance: int) -> int:
 
 @dataclass(frozen=True)
 class Bucket:
+    """Hits by how far back the needed text lies: one distance bucket, baseline against model."""
+
     label: str
     count: int  # targets scored on both sides
     baseline: float  # share hit under the baseline

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from pytest_longctx.scoring.scores_file import ScoresFile
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, config_kind
-from pytest_longctx.gate.verdicts import Thresholds, item_drop, item_key, item_metric, rule_effect_loss
+from pytest_longctx.gate.verdicts import Thresholds, item_drop, item_key, item_metric, rule_effect_loss, verdict_word
 from pytest_longctx.metrics.raw import Record, is_scored, mean
 from pytest_longctx.metrics.rules import FOLLOW_SHARE
+from pytest_longctx.scoring.scores_file import ScoresFile
 
 BEFORE_CHARS = 160
 AFTER_CHARS = 60
@@ -35,6 +35,8 @@ class Snippet:
 
 @dataclass(frozen=True)
 class TargetLoss:
+    """What one target lost against the baseline, in nats, with the text around it."""
+
     config: str
     length: str
     item_id: str
@@ -58,6 +60,8 @@ class TargetLoss:
 
 @dataclass(frozen=True)
 class ItemLoss:
+    """What one item lost against the baseline: its own metric on both sides and its worst targets."""
+
     config: str
     length: str
     item_id: str
@@ -77,7 +81,7 @@ class ItemLoss:
 
     @property
     def verdict(self) -> str:
-        return "n/a" if self.loss is None else "PASS" if self.passed else "FAIL"
+        return verdict_word(None if self.loss is None else self.passed)
 
 
 def target_loss(config: str, mine: Record, theirs: Record) -> tuple[float, float, float, bool, bool] | None:

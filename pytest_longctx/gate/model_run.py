@@ -9,47 +9,28 @@ and covers every item the selected tests of that unit need.
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.data.records import config_kind
+from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.session import Case, Progress, unit_of
 from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key, row_key
+from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
 from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
 from pytest_longctx.scoring.reads import choose_mode
-from pytest_longctx.gate.options import GateOptions
-
-Key = tuple[str, str, str]  # config, length, item id
-
-
-def unit_of(config: str) -> str:
-    return "rules" if config_kind(config) == "rules" else config
-
-
-@dataclass(frozen=True)
-class Case:
-    """One generated test: an item, a rules cell or a headline row."""
-
-    kind: str  # "item", "cell", "row"
-    key: str  # the test id and threshold key
-    needs: frozenset[Key]
-    config: str
-    length: str | None = None
-    item_id: str | None = None
-
-    @property
-    def unit(self) -> str:
-        return unit_of(self.config)
+from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
 
 
 class GateRun:
+    """The model gate's session (a ``GateSession``): the data and the baseline, what the
+    selected tests need, the scores, and the verdicts."""
+
     def __init__(self, options: GateOptions, invocation_dir: Path):
         self.options = options
         self.thresholds = options.thresholds
@@ -67,12 +48,12 @@ class GateRun:
                 self.baseline = load_scores(self.baseline_path, "baseline")
         left_out = self._leave_out_configs_without_baseline()
         self.fingerprints = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
-        self.needed: dict[str, set[Key]] = {}
+        self.needed: dict[str, set[ItemKey]] = {}
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
-        self._evaluations: dict[frozenset[Key], Evaluation] = {}
+        self._evaluations: dict[frozenset[ItemKey], Evaluation] = {}
         self.warnings: list[str] = left_out
 
     def _leave_out_configs_without_baseline(self) -> list[str]:
@@ -80,9 +61,9 @@ class GateRun:
         made before the config existed, e.g. faithfulness) is left out with a warning."""
         if self.baseline is None or self.options.sets:
             return []
-        lacking = [c for c in self.dataset.sets if c not in self.baseline.scores]
+        lacking = [c for c in self.dataset.configs if c not in self.baseline.scores]
         for config in lacking:
-            del self.dataset.sets[config]
+            del self.dataset.configs[config]
         return [f"config {config}: it has none of its scores, so {config} is not gated; recreate the baseline "
                 "(--longctx-update-baseline) to gate it" for config in lacking]
 
@@ -92,29 +73,39 @@ class GateRun:
         path = self.options.baseline or "baselines/<original-model>.json.gz"
         command = " ".join(["pytest", f"--longctx-model {self.options.model}", f"--longctx-baseline {path}",
                             "--longctx-update-baseline", *self.options.data_args()])
-        where = f"baseline {self.baseline_path} does not exist" if self.baseline_path else "no baseline given (--longctx-baseline or ini longctx_baseline)"
-        return (f"{where}; create it from the original (uncompressed) model, then commit it: {command} "
-                "(put the original model's id in --longctx-model if this one is a compressed candidate)")
+        where = (
+            f"baseline {self.baseline_path} does not exist"
+            if self.baseline_path
+            else "no baseline given (--longctx-baseline or ini longctx_baseline)"
+        )
+        return (
+            f"{where}; create it from the original (uncompressed) model, then commit it: {command} "
+            "(put the original model's id in --longctx-model if this one is a compressed candidate)"
+        )
 
-    def _keys(self, config: str, length: str | None = None) -> frozenset[Key]:
+    def _keys(self, config: str, length: str | None = None) -> frozenset[ItemKey]:
         return frozenset(k for k in self.fingerprints if k[0] == config and length in (None, k[1]))
 
     def cases(self) -> list[Case]:
+        if self.missing_baseline:  # one test, which fails saying how to make the baseline
+            return [Case("baseline", "baseline", frozenset(), "")]
         found: list[Case] = []
         for config, length, item in self.dataset.items():
-            found.append(Case("item", item_key(config, length, item.id), frozenset({(config, length, item.id)}),
-                              config, length, item_id=item.id))
-        for config, by_length in self.dataset.sets.items():
+            found.append(
+                Case("item", item_key(config, length, item.id), frozenset({(config, length, item.id)}), config, length, item_id=item.id)
+            )
+        for config, by_length in self.dataset.configs.items():
             if config_kind(config) != "rules":
                 continue
             for _, length, placement, family in cells(config, by_length):
                 key = cell_key(config, length, placement, family)
                 if cell_metrics(self.thresholds, key, family, placement):
                     found.append(Case("cell", key, self._keys(config, length), config, length))
-        selection = {config: list(by_length) for config, by_length in self.dataset.sets.items()}
+        selection = {config: list(by_length) for config, by_length in self.dataset.configs.items()}
         for _, source in row_specs(selection):
-            found.append(Case("row", row_key(source), self._keys(source["config"], source.get("length")),
-                              source["config"], source.get("length")))
+            found.append(
+                Case("row", row_key(source), self._keys(source["config"], source.get("length")), source["config"], source.get("length"))
+            )
         return found
 
     def select(self, cases: Iterable[Case]) -> None:
@@ -129,7 +120,7 @@ class GateRun:
 
     # -------------------------------------------------------------- scoring
 
-    def ensure(self, units: Iterable[str], backend: Any, progress: Callable[[int, int], Any] | bool = True) -> None:
+    def ensure(self, units: Iterable[str], backend: Any, progress: Progress = True) -> None:
         """Score the needed items of these units that are not scored yet, once."""
         if self.failure:
             raise LongctxError(f"scoring failed earlier in this session: {self.failure}")
@@ -145,21 +136,21 @@ class GateRun:
             self.failure = str(exc)
             raise
 
-    def _is_scored(self, key: Key) -> bool:
+    def _is_scored(self, key: ItemKey) -> bool:
         config, length, item_id = key
         return item_id in self.scores.scores.get(config, {}).get(length, {})
 
-    def _score(self, keys: set[Key], backend: Any, progress: Callable[[int, int], Any] | bool) -> None:
+    def _score(self, keys: set[ItemKey], backend: Any, progress: Progress) -> None:
         tokenizer = getattr(backend, "tokenizer", None)
         if not self.scores.mode:
             self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset)
             if self.baseline is not None:
-                check_fits(self.baseline, self.scores.mode, tokenizer_fingerprint(tokenizer, self.scores.mode),
-                           self.fingerprints, what="baseline")
+                check_fits(
+                    self.baseline, self.scores.mode, tokenizer_fingerprint(tokenizer, self.scores.mode), self.fingerprints, what="baseline"
+                )
         if self.cache is None:
             self.cache = ScoreCache.for_backend(backend, self.options.cache_dir) or False
-        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress,
-                           cache=self.cache or None)
+        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress, cache=self.cache or None)
         if not self.scores.meta:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:
@@ -192,7 +183,7 @@ class GateRun:
     def complete(self) -> dict[str, list[str]]:
         """config -> lengths whose every selected item is scored."""
         done: dict[str, list[str]] = {}
-        for config, by_length in self.dataset.sets.items():
+        for config, by_length in self.dataset.configs.items():
             for length, items in by_length.items():
                 if items and all(self._is_scored((config, length, i.id)) for i in items):
                     done.setdefault(config, []).append(length)
@@ -215,8 +206,6 @@ class GateRun:
 
     def item_report(self, config: str, length: str, item_id: str) -> tuple[list[str], dict[str, Any]]:
         """(problems, properties: its metrics and counts) of one scored item."""
-        from pytest_longctx.metrics.raw import is_nonfinite
-
         mine = self.scores.scores[config][length][item_id].targets
         theirs = self.baseline.scores[config][length][item_id].targets if self.baseline is not None else None
         problems = []
@@ -229,31 +218,25 @@ class GateRun:
         drop = item_drop(config, mine, theirs)
         limit = self.thresholds.get(item_key(config, length, item_id), "item_drop")
         if drop is not None and drop > limit:
-            problems.append(f"lost {drop:.3f} nats per scored token against the baseline (allowed {limit:g}, "
-                            f"--longctx-item-max-drop)")
+            problems.append(f"lost {drop:.3f} nats per scored token against the baseline (allowed {limit:g}, --longctx-item-max-drop)")
         single = compute_sets(self.dataset.select({(config, length, item_id)}), self.scores, self.baseline)
-        properties = {"targets": len(mine), "unaligned": unaligned, "nonfinite": nonfinite,
-                      "item_drop_nats": None if drop is None else round(drop, 6),
-                      **single[config][length]["per_item"][item_id]}
+        properties = {
+            "targets": len(mine),
+            "unaligned": unaligned,
+            "nonfinite": nonfinite,
+            "item_drop_nats": None if drop is None else round(drop, 6),
+            **single[config][length]["per_item"][item_id],
+        }
         return problems, properties
 
     def baseline_file(self) -> ScoresFile:
         """The run's own scores as a baseline: raw scores plus its rows and sets."""
         evaluation = self.evaluate()
         scored = [(c, n, i, s.fingerprint) for c, n, i, s in self.scores.items()]
-        return ScoresFile(mode=self.scores.mode, meta={**self.scores.meta, "data": data_fingerprint(scored)},
-                          scores=self.scores.scores, rows=evaluation.rows, sets=evaluation.sets)
-
-
-def worker_device(device: str, worker: str | None) -> str:
-    """Under pytest-xdist with several GPUs, worker ``gwN`` takes GPU ``N`` (mod count)."""
-    if device != "auto" or not worker or not worker.startswith("gw"):
-        return device
-    import torch
-
-    count = torch.cuda.device_count()
-    return f"cuda:{int(worker[2:]) % count}" if count > 1 else device
-
-
-def env_worker() -> str | None:
-    return os.environ.get("PYTEST_XDIST_WORKER")
+        return ScoresFile(
+            mode=self.scores.mode,
+            meta={**self.scores.meta, "data": data_fingerprint(scored)},
+            scores=self.scores.scores,
+            rows=evaluation.rows,
+            sets=evaluation.sets,
+        )

@@ -3,16 +3,19 @@ sense) in the ini file, validated into ``GateOptions`` with errors that name the
 and where its value came from."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.verdicts import Override, Thresholds, parse_overrides
+from pytest_longctx.parse import at_least_one, comma_list, finite_nonnegative
 
 
 @dataclass(frozen=True)
 class Option:
+    """One plugin option: on the command line as ``--longctx-<name>`` and, where it makes sense, in
+    the ini file."""
+
     name: str  # --longctx-<name>; ini longctx_<name with _>
     help: str
     default: Any = None
@@ -80,6 +83,9 @@ def add_options(parser: Any) -> None:
 
 @dataclass(frozen=True)
 class GateOptions:
+    """The plugin's options, validated: what to gate, on which data, against which baseline, how
+    strictly."""
+
     model: str | None
     data: str
     sets: list[str] | None
@@ -121,26 +127,14 @@ def _convert(option: Option, raw: Any) -> Any:
     if option.kind == "pairs":
         return tuple(raw)
     if option.kind == "csv":
-        values = [v.strip() for v in str(raw).split(",") if v.strip()]
+        values = comma_list(str(raw))
         if not values:
             raise ValueError("expected a comma-separated list")
         return values
     if option.kind == "int":
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError("expected a whole number") from None
-        if value < 1:
-            raise ValueError("must be at least 1")
-        return value
+        return at_least_one(raw)
     if option.kind == "float":
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError("expected a number") from None
-        if not math.isfinite(value) or value < 0:
-            raise ValueError("must be a finite number >= 0")
-        return value
+        return finite_nonnegative(raw)
     if option.name in CHOICES and raw not in CHOICES[option.name]:
         raise ValueError(f"expected one of {', '.join(CHOICES[option.name])}")
     return raw

@@ -6,18 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
 from pytest_longctx.data.load import Dataset, load_dataset
+from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.fingerprint import item_fingerprint
+from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
 
-Key = tuple[str, str, str]  # config, length, item id
 FIX = ("give a results JSON (longctx score --out, pytest --longctx-out) or a scores file "
        "(longctx score --save_scores, a baseline)")
 
 
 @dataclass
-class Results:
+class ResultsFile:
     """The side under test: raw scores when the file has them, the metrics it stored."""
 
     path: str
@@ -28,7 +28,7 @@ class Results:
     reference: str | None  # what its stored rules metrics were measured against
 
 
-def read_results(path: str) -> Results:
+def read_results(path: str) -> ResultsFile:
     """A results JSON or a scores file; damage is one line naming the file and the fix."""
     where = Path(path)
     if not where.is_file():
@@ -36,7 +36,7 @@ def read_results(path: str) -> Results:
     body = read_json_file(where, "results", FIX)
     if isinstance(body, dict) and body.get("format") == FORMAT:
         whole = checked_scores(body, where, "results")
-        return Results(path, whole.mode, whole.meta, whole, whole.sets, None)
+        return ResultsFile(path, whole.mode, whole.meta, whole, whole.sets, None)
     if not isinstance(body, dict) or not {"rows", "sets", "mode", "meta"} <= set(body):
         raise LongctxError(f"results {path}: neither a results JSON nor a scores file; {FIX}")
     try:
@@ -44,10 +44,10 @@ def read_results(path: str) -> Results:
     except (KeyError, TypeError, AttributeError) as exc:
         raise LongctxError(f"results {path}: malformed per-target scores ({type(exc).__name__}: {exc}); "
                            "write it again with this version of pytest-longctx") from None
-    return Results(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
+    return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
 
 
-def find_data(explicit: str | None, needed: dict[Key, str], results: Results,
+def find_data(explicit: str | None, needed: dict[ItemKey, str], results: ResultsFile,
               baseline: ScoresFile) -> tuple[Dataset | None, str | None]:
     """(the scored items, None) or (None, why the texts cannot be shown).
 

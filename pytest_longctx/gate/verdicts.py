@@ -10,7 +10,6 @@ threshold where it matches; the last matching override wins.
 from __future__ import annotations
 
 import fnmatch
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -19,6 +18,8 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.metrics.rules import COUNT_NATS
+from pytest_longctx.numbers import NA, number
+from pytest_longctx.parse import NotANumber, finite_nonnegative
 
 Sets = dict[str, dict[str, dict[str, Any]]]  # config -> length -> metrics
 
@@ -36,6 +37,8 @@ METRICS = {
 
 @dataclass(frozen=True)
 class Override:
+    """A threshold given for the checks whose key matches ``pattern``: ``PATTERN:METRIC=VALUE``."""
+
     pattern: str
     metric: str
     value: float
@@ -47,12 +50,12 @@ class Override:
         if not pattern or metric not in METRICS or not value:
             raise ValueError(f"{text!r}: expected PATTERN:METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
         try:
-            number = float(value)
-        except ValueError:
+            threshold = finite_nonnegative(value)
+        except NotANumber:
             raise ValueError(f"{text!r}: {value!r} is not a number") from None
-        if not math.isfinite(number) or number < 0:
-            raise ValueError(f"{text!r}: the value must be a finite number >= 0")
-        return cls(pattern, metric, number)
+        except ValueError:
+            raise ValueError(f"{text!r}: the value must be a finite number >= 0") from None
+        return cls(pattern, metric, threshold)
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.metric}={self.value:g}"
@@ -60,6 +63,9 @@ class Override:
 
 @dataclass(frozen=True)
 class Thresholds:
+    """How much a model may lose against its baseline: defaults per metric, and overrides by check
+    key."""
+
     drop: float = 0.05
     retained: float = 0.90
     follow: float = 0.90
@@ -118,9 +124,19 @@ def cells(config: str, lengths: Iterable[str]) -> list[tuple[str, str, str, str]
 
 # ------------------------------------------------------------------ verdicts
 
+PASS, FAIL = "PASS", "FAIL"
+
+
+def verdict_word(passed: bool | None) -> str:
+    """PASS, FAIL, or n/a for a check that does not apply (None)."""
+    return NA if passed is None else PASS if passed else FAIL
+
 
 @dataclass
 class Verdict:
+    """One check of a row, cell or item: the model's and the baseline's values, the threshold, pass
+    or fail."""
+
     key: str
     label: str  # the row name or a cell's description
     metric: str
@@ -139,16 +155,26 @@ class Verdict:
     def passed(self) -> bool:
         return self.model is None or self.model >= self.threshold - 1e-12
 
+    @property
+    def word(self) -> str:
+        """PASS, FAIL, or n/a when the model has no value to judge."""
+        return verdict_word(self.passed if self.applicable else None)
+
     def message(self) -> str:
-        head = (f"{self.label}: {self.metric} {fmt(self.model)} ({self.reference} {fmt(self.baseline)}), "
+        head = (f"{self.label}: {self.metric} {number(self.model)} ({self.reference} {number(self.baseline)}), "
                 f"needs >= {self.threshold:.3f} ({self.rule})")
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
         return head
 
 
-def fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+def checks_word(verdicts: list[Verdict]) -> str:
+    """The word of several checks of one place: FAIL when any fails, PASS when all that
+    apply pass, n/a when none applies, nothing when there is no check."""
+    applicable = [v for v in verdicts if v.applicable]
+    if not applicable:
+        return NA if verdicts else ""
+    return verdict_word(all(v.passed for v in applicable))
 
 
 def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_sets: dict,

@@ -1,4 +1,4 @@
-"""facts (SPEC §1.3): a query is recalled when every answer token is the top-1 prediction."""
+"""facts (docs/metrics.md#facts): a query is recalled when every answer token is the top-1 prediction."""
 from __future__ import annotations
 
 from typing import Any, Sequence

@@ -1,4 +1,4 @@
-"""faithfulness (SPEC §2): answer recall under a session, and what compression keeps.
+"""faithfulness (docs/metrics.md#faithfulness-of-context-compressors): answer recall under a session, and what compression keeps.
 
 Model gate: each item is one query, its answer scored teacher-forced after the full
 session: recalled when every answer token is the top-1 prediction.

@@ -1,5 +1,5 @@
 """Per-target raw scores: what the metrics are computed from and what a reference
-scores file keeps (SPEC §1.7).
+scores file keeps (docs/metrics.md#files).
 
 facts / tool_calls: ``{"hits": [bool, ...], "logprobs": [float, ...]}``, one entry per
 scored token; rules: ``{"score_without": float, "score_with": float}``; a target that

@@ -1,9 +1,9 @@
-"""The headline rows (SPEC §1.6), named exactly as the benchmark's score.py names them."""
+"""The headline rows (docs/metrics.md#headline-rows), named exactly as the benchmark's score.py names them."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pytest_longctx.data.load import length_tokens, sorted_lengths
+from pytest_longctx.data.lengths import length_tokens, sorted_lengths
 from pytest_longctx.data.records import FAITHFULNESS, FAMILIES, PLACEMENTS
 
 KEPT = {
@@ -71,6 +71,10 @@ def headline_rows(sets: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[dic
         metrics = by_length[source["length"]]
         if "suite" in source:  # a suite with no items has no value
             metrics = metrics["by_suite"].get(source["suite"], {})
-        rows[name] = metrics["cells"][source["placement"]][source["family"]][source["metric"]] if "placement" in source else metrics.get(source["metric"])
+        rows[name] = (
+            metrics["cells"][source["placement"]][source["family"]][source["metric"]]
+            if "placement" in source
+            else metrics.get(source["metric"])
+        )
         where[name] = source
     return rows, where

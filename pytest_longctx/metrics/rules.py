@@ -1,4 +1,4 @@
-"""rules_en / rules_cs / rules_de (SPEC §1.5): effects of a rule, relative to a reference.
+"""rules_en / rules_cs / rules_de (docs/metrics.md#rules): effects of a rule, relative to a reference.
 
 ``eff = score_with - score_without`` (log p of the rule's first token); a target counts
 when the reference reacts, ``|eff_ref| >= 1`` nat. ``follow`` = share of counted
@@ -18,6 +18,8 @@ FOLLOW_SHARE = 0.5
 
 @dataclass(frozen=True)
 class Effect:
+    """A rule's effect on one target, for the model and for the reference, in nats."""
+
     item: RuleItem
     target: int
     eff: float

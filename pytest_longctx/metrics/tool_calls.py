@@ -1,4 +1,4 @@
-"""tool_calls (SPEC §1.4): top-1 accuracy of the token that starts at each target."""
+"""tool_calls (docs/metrics.md#tool_calls): top-1 accuracy of the token that starts at each target."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence

@@ -8,6 +8,9 @@ import pytest
 
 from pytest_longctx.errors import LongctxError
 
+# which cases each test function takes (see GateSession.cases)
+CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
+
 
 def _ensure(run: Any, request: Any) -> None:
     backend = request.getfixturevalue("longctx_backend") if run.options.model else None

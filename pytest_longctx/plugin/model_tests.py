@@ -12,6 +12,9 @@ import pytest
 from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
 
+# which cases each test function takes (see GateSession.cases)
+CASE_KINDS = {"test_baseline": "baseline", "test_item": "item", "test_cell": "cell", "test_row": "row"}
+
 
 def _ensure(run: Any, case: Any, backend: Any, progress: Any) -> None:
     try:
@@ -20,7 +23,7 @@ def _ensure(run: Any, case: Any, backend: Any, progress: Any) -> None:
         pytest.fail(str(exc), pytrace=False)
 
 
-def test_baseline(longctx_run: Any) -> None:
+def test_baseline(longctx_case: Any, longctx_run: Any) -> None:
     pytest.fail(longctx_run.missing_baseline, pytrace=False)
 
 

@@ -1,11 +1,21 @@
-"""The reports a gate run writes besides the terminal summary: the markdown summary
-(``--longctx-markdown PATH``; appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it) and
-the HTML report (``--longctx-html PATH``)."""
+"""What a finished model gate writes on the controller: the results JSON
+(``--longctx-out``), the baseline (``--longctx-update-baseline``), the markdown summary
+(``--longctx-markdown PATH``; appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the
+HTML report (``--longctx-html PATH``) and the junit suite properties."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any
+
+from pytest_longctx.gate.comparison import from_gate_run
+from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.reports.format import write_json
+from pytest_longctx.reports.html import html_report
+from pytest_longctx.reports.junit import suite_properties
+from pytest_longctx.reports.markdown import ci_summary
+from pytest_longctx.reports.results_json import results_json
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
@@ -17,19 +27,15 @@ def _write(path: str, text: str, append: bool = False) -> None:
         handle.write(text)
 
 
-def write_reports(run: Any, evaluation: Any) -> list[str]:
+def write_reports(run: GateRun, evaluation: Evaluation) -> list[str]:
     """Write the reports asked for; the summary's notes about them."""
     options, step_summary = run.options, os.environ.get(STEP_SUMMARY)
     if not (options.markdown or options.html or step_summary):
         return []
-    from pytest_longctx.gate.comparison import from_gate_run
-
     comparison = from_gate_run(run, evaluation)
     notes = []
     try:
         if options.markdown or step_summary:
-            from pytest_longctx.reports.markdown import ci_summary
-
             summary = ci_summary(comparison)
             if options.markdown:
                 _write(options.markdown, summary)
@@ -37,10 +43,29 @@ def write_reports(run: Any, evaluation: Any) -> list[str]:
             if step_summary:
                 _write(step_summary, summary, append=True)
         if options.html:
-            from pytest_longctx.reports.html import html_report
-
             _write(options.html, html_report(comparison))
             notes.append(f"longctx: HTML report written to {options.html}")
     except OSError as exc:
         notes.append(f"longctx: a report could not be written: {exc.filename}: {exc.strerror}")
     return notes
+
+
+def finish(run: GateRun, junit: Any) -> tuple[Evaluation, list[str]]:
+    """Everything the run was asked to write; (its evaluation, notes for the summary)."""
+    evaluation = run.evaluate()
+    notes = []
+    options = run.options
+    if options.out:
+        write_json(options.out, results_json(run, evaluation))
+        notes.append(f"longctx: results written to {options.out}")
+    if options.update_baseline and run.baseline_path is not None:
+        if run.failure or not any(True for _ in run.scores.items()):
+            notes.append(f"longctx: baseline {run.baseline_path} NOT written: {run.failure or 'nothing was scored'}")
+        else:
+            run.baseline_file().save(run.baseline_path)
+            notes.append(f"longctx: wrote baseline {run.baseline_path}; commit it beside the checkpoint")
+    notes.extend(write_reports(run, evaluation))
+    if junit is not None:
+        for name, value in suite_properties(run, evaluation):
+            junit.add_global_property(name, value)
+    return evaluation, notes

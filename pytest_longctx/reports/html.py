@@ -6,16 +6,16 @@ from __future__ import annotations
 from html import escape
 from typing import Sequence
 
-from pytest_longctx.reports import tables
-from pytest_longctx.reports import plots
-from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.data.records import config_kind
+from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.distance import KINDS, buckets
 from pytest_longctx.gate.losses import TargetLoss
-from pytest_longctx.reports.text import delta, number
+from pytest_longctx.gate.verdicts import FAIL, PASS
+from pytest_longctx.numbers import NA, delta, number
+from pytest_longctx.reports import plots, tables
 
 DRILL_ITEMS = 25
-VERDICT_CLASS = {"PASS": "pass", "FAIL": "fail", "n/a": "na"}
+VERDICT_CLASS = {PASS: "pass", FAIL: "fail", NA: "na"}
 TEXT_COLUMNS = {"metric", "kind"}  # left-aligned besides the first
 
 CSS = """

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from pytest_longctx.reports import tables
 from pytest_longctx.gate.comparison import Comparison
+from pytest_longctx.reports import tables
 
 
 def cell(text: str) -> str:

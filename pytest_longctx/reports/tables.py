@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.data.records import TOOL_KINDS, config_kind
-from pytest_longctx.gate.verdicts import Verdict, cell_key, cells
+from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.losses import TargetLoss
-from pytest_longctx.reports.text import GATE_HEADERS, delta, gate_rows, number, table
+from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
+from pytest_longctx.numbers import delta, number
+from pytest_longctx.reports.format import table
+from pytest_longctx.reports.text import GATE_HEADERS, gate_rows
 
 MARK = ("⟦", "⟧")  # around the target in its text
 HITS = {"facts": ("recalled", "missed"), "tool_calls": ("right", "wrong"), "rules": ("followed", "not followed")}
@@ -28,6 +30,8 @@ SET_METRICS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 
 @dataclass(frozen=True)
 class Section:
+    """A titled table of a report, its cells already formatted."""
+
     title: str
     headers: list[str]
     rows: list[list[str]]
@@ -41,13 +45,6 @@ def _value(metrics: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 def _shown(value: Any) -> str:
     return str(value) if isinstance(value, int) else number(value)
-
-
-def checks_word(verdicts: list[Verdict]) -> str:
-    applicable = [v for v in verdicts if v.applicable]
-    if not applicable:
-        return "n/a" if verdicts else ""
-    return "FAIL" if any(not v.passed for v in applicable) else "PASS"
 
 
 def headline(comparison: Comparison) -> Section:

@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from pytest_longctx.backends.base import describe
-from pytest_longctx.scoring.engine import Answers, Request
 from pytest_longctx.paths import cache_dir
+from pytest_longctx.scoring.engine import Answers, Request
 
 IDENTITY = ("backend", "weights", "config", "dtype", "device", "chunk_size")
 OFF = ("off", "none", "")
 
 
 class ScoreCache:
+    """Answers of past forward passes in an sqlite file, keyed by the backend's identity and the
+    request."""
+
     def __init__(self, path: Path, identity: str):
         self.path = path
         self.identity = identity

@@ -1,11 +1,11 @@
-"""Sessions as the model reads them: chat markup, token counts, and the teacher-forced
-reads of the answer to a probe (SPEC §2, Layer B).
+"""Sessions as the model reads them: chat markup, token counts, and the answer to a probe
+(docs/metrics.md#faithfulness-of-context-compressors, Layer B), whose teacher-forced reads ``reads.session_reads`` makes.
 
 The markup is the tokenizer's chat template when it has one, else ChatML
 (``<|im_start|>role\\ncontent<|im_end|>\\n``). The probe is a user turn after the
 messages, the assistant turn is opened, and the answer (what the first required-fact
-regex matches in the full session) follows it; its tokens are read as in the facts
-config: from the token that starts the answer through the one that covers its end.
+regex matches in the full session) follows it; its tokens are read as a facts answer's
+are: from the token that starts the answer through the one that covers its end.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from pytest_longctx.data.records import FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.scoring.reads import ItemReads, Read, TargetReads, TextTokens
 
 CHATML = "ChatML"
 
@@ -63,23 +62,3 @@ def answer_text(item: FaithfulnessItem) -> str:
         raise LongctxError(f"item {item.id}: required_facts[0] {item.required_facts[0]!r} matches nothing in its messages")
     return found.group(0)
 
-
-def session_reads(tokenizer: Any, config: str, split: str, item: FaithfulnessItem,
-                  contexts: Sequence[Sequence[Message]]) -> ItemReads:
-    """One sequence and one target per context: the probe's answer after that context."""
-    if tokenizer is None:
-        raise LongctxError(f"item {item.id}: the {config} config renders chat sessions with the model's tokenizer, "
-                           "and this backend has none; leave the config out (--sets) or give the backend a tokenizer")
-    answer = answer_text(item)
-    sequences, targets = [], []
-    for seq, messages in enumerate(contexts):
-        prompt = render(tokenizer, messages, item.probe, item.id)
-        encoded = TextTokens.encode(tokenizer, prompt + answer)
-        first = encoded.token_at(len(prompt)) if answer else None
-        if not first:
-            targets.append(TargetReads((), f"the answer {answer!r} does not start a token after the prompt"))
-        else:
-            last = encoded.last_token_before(len(prompt) + len(answer))
-            targets.append(TargetReads(tuple(Read(seq, p, int(encoded.ids[p])) for p in range(first, last + 1))))
-        sequences.append(encoded.ids)
-    return ItemReads(config, split, item, tuple(sequences), tuple(targets))

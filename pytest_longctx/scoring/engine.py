@@ -14,14 +14,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pytest_longctx.scoring import prefix_tree
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.scoring.progress import Progress
+from pytest_longctx.progress import Progress
+from pytest_longctx.scoring import prefix_tree
 from pytest_longctx.scoring.reads import ItemReads
 
 
 @dataclass(frozen=True)
 class ReadScore:
+    """One read: the top-1 prediction and the log-probability of the token asked for."""
+
     top1: int
     logprob: float
 
@@ -130,7 +132,9 @@ def _read_each(backend: Any, requests: list[Request], tracker: _Tracker) -> list
         result = backend.read(request.ids, indices, tokens)
         if len(result.top1) != len(indices) or len(result.logprobs) != len(indices):
             raise LongctxError(f"backend {type(backend).__name__}: read() returned {len(result.top1)} results for {len(indices)} positions")
-        answers.append({i: (int(t), dict(zip(toks, map(float, lps)))) for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs)})
+        answers.append(
+            {i: (int(t), dict(zip(toks, map(float, lps)))) for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs)}
+        )
         tracker.tokens(len(request.ids))
         tracker.answered(number)
     return answers
@@ -148,7 +152,7 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list
         if node.tokens:
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
-            result = session.advance(node.ids[node.start:node.end], [i - node.start for i in indices], tokens)
+            result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens)
             for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs):
                 node.results[i] = (int(t), dict(zip(toks, map(float, lps))))
             tracker.tokens(node.tokens)
@@ -166,8 +170,9 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list
     return [{i: prefix_tree.node_at(path, i).results[i] for i in request.reads} for request, path in zip(requests, paths)]
 
 
-def run(backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True,
-        cache: Any = None) -> list[ItemReadScores]:
+def run(
+    backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None
+) -> list[ItemReadScores]:
     """Scores of every read of every planned item. ``progress(items, tokens)`` makes the
     progress display once the work left is known; ``cache`` answers known requests."""
     requests, where = collect(plans)

@@ -9,23 +9,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_longctx import __version__
-from pytest_longctx.scoring import engine
 from pytest_longctx.backends.base import describe
-from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, config_kind
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.metrics import facts, faithfulness, rules, tool_calls
 from pytest_longctx.metrics.raw import is_nonfinite
-from pytest_longctx.scoring.records import target_records
 from pytest_longctx.metrics.rows import headline_rows
-from pytest_longctx.scoring.progress import Progress
+from pytest_longctx.progress import Progress
+from pytest_longctx.scoring import engine
+from pytest_longctx.scoring.chat import chat_markup
+from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.reads import choose_mode, plan_reads
+from pytest_longctx.scoring.records import target_records
+from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
 
 
 @dataclass
 class Results:
+    """What ``score_sets`` returns: headline rows, their sources, per-config sets, the mode, meta
+    and raw scores."""
+
     rows: dict[str, float | None]
     row_sources: dict[str, dict[str, Any]]
     sets: dict[str, dict[str, dict[str, Any]]]
@@ -51,7 +55,7 @@ class Results:
 def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None) -> dict[str, dict[str, dict[str, Any]]]:
     """Metrics of every selected config and length from raw scores (and a reference's)."""
     sets: dict[str, dict[str, dict[str, Any]]] = {}
-    for config, by_length in dataset.sets.items():
+    for config, by_length in dataset.configs.items():
         kind = config_kind(config)
         for length, items in by_length.items():
             records = {item_id: s.targets for item_id, s in scores.scores[config][length].items()}
@@ -85,9 +89,7 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
         "data_source": dataset.source,
         "pytest_longctx": __version__,
     }
-    if FAITHFULNESS in dataset.sets:
-        from pytest_longctx.scoring.chat import chat_markup
-
+    if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
     item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache)
@@ -125,7 +127,7 @@ def score_sets(
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     mode = choose_mode(mode, tokenizer, dataset)
     if reference is not None:  # refused before the forward passes, not after
-        rules_configs = [c for c in dataset.sets if config_kind(c) == "rules"]
+        rules_configs = [c for c in dataset.configs if config_kind(c) == "rules"]
         check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
     scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache)
     warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []

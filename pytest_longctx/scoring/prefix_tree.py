@@ -14,6 +14,8 @@ import numpy as np
 
 @dataclass(eq=False)
 class Node:
+    """A token span ``[start, end)`` shared by every sequence below it, with the reads wanted in it."""
+
     start: int
     end: int
     ids: np.ndarray  # a sequence that passes through this node (its tokens [start, end) are the node's)

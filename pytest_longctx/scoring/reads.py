@@ -1,4 +1,4 @@
-"""From items to token sequences and the predictions to read in them (SPEC §1.2).
+"""From items to token sequences and the predictions to read in them (docs/metrics.md#tokenization-modes).
 
 ``ids`` mode feeds the stored Qwen3.5 ids; ``text`` mode tokenizes each text with the
 model's tokenizer and maps targets by character offset. Teacher forcing: the prediction
@@ -9,13 +9,14 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.data.records import FactItem, FaithfulnessItem, Item, RuleItem, ToolItem
+from pytest_longctx.data.records import FactItem, FaithfulnessItem, Item, Message, RuleItem, ToolItem
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring.chat import answer_text, render
 
 MODES = ("auto", "ids", "text")
 
@@ -40,6 +41,9 @@ class TargetReads:
 
 @dataclass(frozen=True, eq=False)
 class ItemReads:
+    """An item as token sequences and the predictions to read in them, one ``TargetReads`` per
+    target."""
+
     config: str
     length: str
     item: Item
@@ -97,6 +101,16 @@ class TextTokens:
         index = bisect.bisect_left(self.starts, char_end) - 1
         return self.token_of_start[self.starts[max(index, 0)]]
 
+    def span_reads(self, seq: int, char_start: int, char_end: int) -> tuple[Read, ...] | None:
+        """The reads of every token of the text's ``[char_start, char_end)`` (an answer), as
+        sequence ``seq``: from the token that starts at ``char_start`` through the one that
+        covers its end. None when no token starts there, or only the first (nothing predicts it)."""
+        first = self.token_at(char_start)
+        if not first:
+            return None
+        last = self.last_token_before(char_end)
+        return tuple(Read(seq, p, int(self.ids[p])) for p in range(first, last + 1))
+
 
 @functools.lru_cache(maxsize=4096)
 def _first_token_cached(tokenizer: Any, text: str) -> int:
@@ -122,12 +136,9 @@ def _text_reads(tokenizer: Any, config: str, length: str, item: Item) -> ItemRea
     if isinstance(item, FactItem):
         (seq,) = encoded
         for t in item.targets:
-            first = seq.token_at(t.answer_char[0])
-            if not first:  # None, or token 0 which has no prediction before it
-                targets.append(_unaligned("answer", t.answer_char[0], first))
-                continue
-            last = seq.last_token_before(t.answer_char[1])
-            targets.append(TargetReads(tuple(Read(0, p, int(seq.ids[p])) for p in range(first, last + 1))))
+            reads = seq.span_reads(0, *t.answer_char)
+            start = t.answer_char[0]
+            targets.append(TargetReads(reads) if reads is not None else _unaligned("answer", start, seq.token_at(start)))
     elif isinstance(item, ToolItem):
         (seq,) = encoded
         for t in item.targets:
@@ -146,6 +157,25 @@ def _text_reads(tokenizer: Any, config: str, length: str, item: Item) -> ItemRea
                 expected = _first_token_cached(tokenizer, t.expected_text)
                 targets.append(TargetReads((Read(0, pos_without, expected), Read(1, pos_with, expected))))
     return ItemReads(config, length, item, tuple(s.ids for s in encoded), tuple(targets))
+
+
+def session_reads(tokenizer: Any, config: str, split: str, item: FaithfulnessItem,
+                  contexts: Sequence[Sequence[Message]]) -> ItemReads:
+    """One sequence and one target per context: the session rendered with the probe, and
+    the probe's answer after it, read as a facts answer is."""
+    if tokenizer is None:
+        raise LongctxError(f"item {item.id}: the {config} config renders chat sessions with the model's tokenizer, "
+                           "and this backend has none; leave the config out (--sets) or give the backend a tokenizer")
+    answer = answer_text(item)
+    sequences, targets = [], []
+    for seq, messages in enumerate(contexts):
+        prompt = render(tokenizer, messages, item.probe, item.id)
+        encoded = TextTokens.encode(tokenizer, prompt + answer)
+        reads = encoded.span_reads(seq, len(prompt), len(prompt) + len(answer)) if answer else None
+        targets.append(TargetReads(reads) if reads is not None else
+                       TargetReads((), f"the answer {answer!r} does not start a token after the prompt"))
+        sequences.append(encoded.ids)
+    return ItemReads(config, split, item, tuple(sequences), tuple(targets))
 
 
 # ---------------------------------------------------------------- ids mode: stored positions
@@ -233,8 +263,6 @@ def choose_mode(requested: str, tokenizer: Any, dataset: Dataset) -> str:
 def plan_reads(dataset: Dataset, mode: str, tokenizer: Any = None) -> list[ItemReads]:
     """Sequences and reads of every selected item, in dataset order. Faithfulness
     sessions are rendered with the model's tokenizer in either mode."""
-    from pytest_longctx.scoring.chat import session_reads
-
     plans = []
     for config, length, item in dataset.items():
         if isinstance(item, FaithfulnessItem):

@@ -1,4 +1,4 @@
-"""Reference scores and baselines on disk (SPEC §1.7), and whether one fits a run.
+"""Reference scores and baselines on disk (docs/metrics.md#files), and whether one fits a run.
 
 A scores file keeps every per-target raw score keyed by config/length/item, each item
 with the fingerprint of the record it was scored on, plus ``meta``. A baseline is a
@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from pytest_longctx.data.records import RULES_CONFIGS
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import write_atomically, write_bytes_atomically
 
 FORMAT = "pytest-longctx/scores"
 VERSION = 1
@@ -25,12 +26,17 @@ ADVISORY = ("dtype", "device", "versions", "chunk_size", "backend")
 
 @dataclass
 class ItemScores:
+    """One item's per-target raw scores, with the fingerprint of the record they were scored on."""
+
     fingerprint: str
     targets: list[dict[str, Any]]
 
 
 @dataclass
 class ScoresFile:
+    """Reference scores on disk: per-target raw scores by config, length and item, with meta; a
+    baseline also holds its rows and sets."""
+
     mode: str
     meta: dict[str, Any]
     scores: dict[str, dict[str, dict[str, ItemScores]]] = field(default_factory=dict)
@@ -65,16 +71,16 @@ class ScoresFile:
 
     def save(self, path: str | os.PathLike) -> None:
         """Written whole to a temporary file, then renamed: never a half-written file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps(self.to_json(), indent=None, separators=(",", ":"), allow_nan=False).encode()
-        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        if path.suffix == ".gz":
+        if Path(path).suffix != ".gz":
+            write_bytes_atomically(path, data)
+            return
+
+        def gzipped(partial: Path) -> None:
             with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as handle:
                 handle.write(data)
-        else:
-            partial.write_bytes(data)
-        os.replace(partial, path)
+
+        write_atomically(path, gzipped)
 
 
 RECREATE = "recreate it (longctx score --save_scores, or pytest --longctx-update-baseline)"

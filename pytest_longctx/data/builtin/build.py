@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS, FAITHFULNESS, RULES_CONFIGS
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.data.builtin.card import write_card
 from pytest_longctx.data.builtin.facts import build_facts
 from pytest_longctx.data.builtin.faithfulness import SPLIT, build_faithfulness
@@ -17,6 +15,8 @@ from pytest_longctx.data.builtin.plan import plan
 from pytest_longctx.data.builtin.rules import build_rules
 from pytest_longctx.data.builtin.tool_calls import build_tool_calls
 from pytest_longctx.data.builtin.write import write_split
+from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS, FAITHFULNESS, RULES_CONFIGS
+from pytest_longctx.errors import LongctxError
 
 DEFAULT_SEED = 0
 

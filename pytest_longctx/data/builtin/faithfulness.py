@@ -1,4 +1,4 @@
-"""The faithfulness config (SPEC §2): synthetic agent sessions, each with one planted
+"""The faithfulness config (docs/metrics.md#faithfulness-of-context-compressors): synthetic agent sessions, each with one planted
 service-configuration fact and a later probe that needs it.
 
 A session is a system prompt and 13 to 29 messages of agent work on one of the shipped
@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES
 from pytest_longctx.data.builtin.faithfulness_facts import SUITE_FACTS, PlantedFact
 from pytest_longctx.data.builtin.sourcing import BUILDER_LICENSE, BUILDER_SOURCE
 from pytest_longctx.data.builtin.text import WIKIPEDIA_SOURCE, Article, projects, wikipedia_articles
 from pytest_longctx.data.builtin.workspace import Workspace
+from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES
 
 DEFAULT_ITEMS = 300
 SPLIT = "train"  # the published set's one split; the builtin data names it the same

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.data.qwen import qwen35_tokenizer
+from pytest_longctx.errors import LongctxError
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_longctx.data.load import length_tokens
+from pytest_longctx.data.lengths import length_tokens
 
 DEFAULT_LENGTHS = ("2k", "8k", "32k")
 SESSIONS = 16

@@ -10,18 +10,18 @@ import random
 import re
 from dataclasses import dataclass
 
-from pytest_longctx.data.records import FAMILIES, FAR_TOKENS, PLACEMENTS
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.data.builtin.chat import CALL_FORMAT, Doc, add_call, close_turn, open_turn, tool_json
+from pytest_longctx.data.builtin.documents import Documents, session_tokens
 from pytest_longctx.data.builtin.fit import CutError, Encoding, SegmentEncoder
 from pytest_longctx.data.builtin.plan import Plan
 from pytest_longctx.data.builtin.rule_texts import LANGS, RULES, Rule
-from pytest_longctx.data.builtin.documents import Documents, session_tokens
 from pytest_longctx.data.builtin.session import CutSession, estimated_tokens, grow_and_cut, token_span
 from pytest_longctx.data.builtin.shell import ACTIONS
 from pytest_longctx.data.builtin.sourcing import SourceUse, source_records
 from pytest_longctx.data.builtin.text import projects
 from pytest_longctx.data.builtin.workspace import Workspace
+from pytest_longctx.data.records import FAMILIES, FAR_TOKENS, PLACEMENTS
+from pytest_longctx.errors import LongctxError
 
 SHELL_TOOL = "bash"
 # Governed actions stay this many (estimated) tokens away from where a rule may stand,
@@ -190,15 +190,16 @@ def _candidate(rule: Rule, placement: str, session: RuleSession, cut: CutSession
     return Candidate(rule, placement, targets, texts)
 
 
-def _session(plan: Plan, seed: int, index: int, encoder: SegmentEncoder, want: int) -> tuple[RuleSession, Documents, CutSession, list[Candidate]]:
+def _session(
+    plan: Plan, seed: int, index: int, encoder: SegmentEncoder, want: int
+) -> tuple[RuleSession, Documents, CutSession, list[Candidate]]:
     project_files = projects()
     names = sorted(project_files)
     project = names[index % len(names)]
     for attempt in range(ATTEMPTS):
         rng = random.Random(f"{seed}:rules:{plan.length}:{index}:{attempt}")
         rules = _pick_rules(rng)
-        session = RuleSession(Workspace(project, project_files[project], rng), rng, [r for r, _ in rules],
-                              session_tokens(plan.n_tokens))
+        session = RuleSession(Workspace(project, project_files[project], rng), rng, [r for r, _ in rules], session_tokens(plan.n_tokens))
         documents = Documents(session.doc, random.Random(f"{seed}:rules:{plan.length}:{index}:{attempt}:documents"), project)
         try:
             cut = grow_and_cut(session.doc, session.turn, plan.n_tokens, encoder, documents.add)
@@ -220,19 +221,21 @@ def build_rules(plan: Plan, seed: int, encoder: SegmentEncoder, langs: tuple[str
         for candidate in candidates:
             for lang in langs:
                 with_text, with_enc, rule_char = candidate.texts[lang]
-                rows[f"rules_{lang}"].append({
-                    "id": f"rules_{lang}-{plan.length}-s{index:02d}-{candidate.rule.family}-{candidate.placement}",
-                    "context_id": context_id,
-                    "text_without_rule": cut.text,
-                    "text_with_rule": with_text,
-                    "rule": candidate.rule.text(lang),
-                    "rule_char": list(rule_char),
-                    "family": candidate.rule.family,
-                    "placement": candidate.placement,
-                    "lang": lang,
-                    "targets": candidate.targets[lang],
-                    "sources": source_records([session.code, *documents.uses()], cut.encoding),
-                    "qwen_ids_without_rule": cut.encoding.ids,
-                    "qwen_ids_with_rule": with_enc.ids,
-                })
+                rows[f"rules_{lang}"].append(
+                    {
+                        "id": f"rules_{lang}-{plan.length}-s{index:02d}-{candidate.rule.family}-{candidate.placement}",
+                        "context_id": context_id,
+                        "text_without_rule": cut.text,
+                        "text_with_rule": with_text,
+                        "rule": candidate.rule.text(lang),
+                        "rule_char": list(rule_char),
+                        "family": candidate.rule.family,
+                        "placement": candidate.placement,
+                        "lang": lang,
+                        "targets": candidate.targets[lang],
+                        "sources": source_records([session.code, *documents.uses()], cut.encoding),
+                        "qwen_ids_without_rule": cut.encoding.ids,
+                        "qwen_ids_with_rule": with_enc.ids,
+                    }
+                )
     return rows

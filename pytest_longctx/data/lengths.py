@@ -1,0 +1,27 @@
+"""Split names that are lengths (``2k``, ``8k``, ``32k``): their token counts and order."""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from pytest_longctx.errors import LongctxError
+
+
+def length_tokens(length: str) -> int:
+    """``"8k"`` -> 8192; used to order splits and name rows."""
+    match = re.fullmatch(r"(\d+)([kK]?)", length)
+    if not match:
+        raise LongctxError(f"length {length!r}: expected a split name like 2k, 8k or 32k")
+    return int(match.group(1)) * (1024 if match.group(2) else 1)
+
+
+def _split_order(split: str) -> tuple[int, str]:
+    """Lengths by size; names that are not lengths (the faithfulness config's) after them."""
+    try:
+        return length_tokens(split), ""
+    except LongctxError:
+        return 1 << 62, split
+
+
+def sorted_lengths(lengths: Sequence[str]) -> list[str]:
+    return sorted(set(lengths), key=_split_order)

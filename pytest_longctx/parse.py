@@ -1,0 +1,58 @@
+"""Option values as the commands and the plugin read them: comma lists, whole numbers of at
+least 1, finite numbers of at least 0.
+
+Each parser raises ``ValueError`` saying what is wrong with the value; the caller names the
+option and where the value came from (``option_value`` does it in the commands' form,
+``--limit 0: must be at least 1``)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, TypeVar
+
+from pytest_longctx.errors import LongctxError
+
+T = TypeVar("T")
+
+
+class NotANumber(ValueError):
+    """The value is not a number at all (rather than one out of range)."""
+
+
+def comma_list(text: str) -> list[str]:
+    """The items of a comma-separated list, stripped; empty items left out."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def at_least_one(value: Any) -> int:
+    """A whole number >= 1 (a count or a limit)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise NotANumber("expected a whole number") from None
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def finite_nonnegative(value: Any) -> float:
+    """A finite number >= 0 (a threshold)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise NotANumber("expected a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError("must be a finite number >= 0")
+    return number
+
+
+def option_value(option: str, value: Any, parse: Callable[[Any], T]) -> T:
+    """``parse(value)``, or one line naming the option: ``--limit 0: must be at least 1``."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise LongctxError(f"{option} {value}: {exc}") from None
+
+
+def check_limit(limit: int | None) -> int | None:
+    """``--limit``: None (every item) or at least 1."""
+    return None if limit is None else option_value("--limit", limit, at_least_one)

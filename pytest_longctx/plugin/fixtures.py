@@ -1,0 +1,98 @@
+"""The gate's fixtures: its session, the model under test as a backend, progress on the
+terminal, and every result at once for a user's own tests."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.session import GateSession
+from pytest_longctx.plugin.hooks import running
+from pytest_longctx.progress import Progress
+
+
+def env_worker() -> str | None:
+    """The pytest-xdist worker this process is (``gw0``, …); None in a controller or alone."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def worker_device(device: str, worker: str | None) -> str:
+    """Under pytest-xdist with several GPUs, worker ``gwN`` takes GPU ``N`` (mod count)."""
+    if device != "auto" or not worker or not worker.startswith("gw"):
+        return device
+    import torch
+
+    count = torch.cuda.device_count()
+    return f"cuda:{int(worker[2:]) % count}" if count > 1 else device
+
+
+@pytest.fixture(scope="session")
+def longctx_run(request: pytest.FixtureRequest) -> GateSession:
+    """The session's gate (data, baseline, scores); internal to the generated tests."""
+    run = running(request.config)
+    if run is None:
+        pytest.skip("pytest-longctx is inactive: pass --longctx-model")
+    return run.session
+
+
+@pytest.fixture(scope="session")
+def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Any:
+    """The model under test as a backend (anything with ``read(ids, positions, tokens)``).
+    Override it in the root conftest.py to hand in an already-loaded model."""
+    options = longctx_run.options
+    # what loading says (a first-run conversion, the loader's progress) reaches the terminal
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    try:
+        with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
+            backend, _ = load_backend(options.model, options.backend, options.dtype,
+                                      worker_device(options.device, env_worker()))
+    except LongctxError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def longctx_baseline(longctx_run: GateSession) -> Any:
+    """The baseline scores file (``None`` while updating it, and for the compressor gate)."""
+    return getattr(longctx_run, "baseline", None)
+
+
+@pytest.fixture(scope="session")
+def longctx_progress(request: pytest.FixtureRequest) -> Any:
+    """How scoring reports progress: on the terminal, past pytest's capture."""
+    if env_worker():
+        return False  # xdist workers have no terminal of their own
+    stream = _TerminalStream(request.config)
+    return lambda items, tokens: Progress(items, tokens, label="longctx", stream=stream)
+
+
+@pytest.fixture(scope="session")
+def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_progress: Any) -> Any:
+    """Every selected item scored; ``.rows``, ``.sets``, ``.baseline_rows``, ``.verdicts``."""
+    longctx_run.need_everything()
+    try:
+        longctx_run.ensure(["facts", "tool_calls", "rules", "faithfulness"], longctx_backend, longctx_progress)
+    except LongctxError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return longctx_run.evaluate()
+
+
+class _TerminalStream:
+    def __init__(self, config: pytest.Config):
+        self.capture = config.pluginmanager.getplugin("capturemanager")
+        self.stream = sys.__stderr__
+
+    def isatty(self) -> bool:
+        return bool(self.stream and self.stream.isatty())
+
+    def write(self, text: str) -> None:
+        with self.capture.global_and_fixture_disabled():
+            self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()

