@@ -19,8 +19,12 @@ class NotANumber(ValueError):
 
 
 def comma_list(text: str) -> list[str]:
-    """The items of a comma-separated list, stripped; empty items left out."""
-    return [part.strip() for part in text.split(",") if part.strip()]
+    """The items of a comma-separated list, stripped; empty items left out. A list of
+    nothing (``""``, ``","``) is a ``ValueError``: it would silently mean "all"."""
+    found = [part.strip() for part in text.split(",") if part.strip()]
+    if not found:
+        raise ValueError("expected a comma-separated list, e.g. 2k,8k")
+    return found
 
 
 def at_least_one(value: Any) -> int:

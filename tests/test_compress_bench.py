@@ -31,7 +31,9 @@ def test_matched_savings_interpolate_within_a_sweep_only():
 
 def test_sweeps_parse_with_module_paths_and_refuse_nonsense():
     assert parse_sweep("last_tokens:tokens=128,256") == ("last_tokens", "tokens", [128, 256])
-    assert parse_sweep("my.mod:fn:ratio=0.5,x") == ("my.mod:fn", "ratio", [0.5, "x"])
+    assert parse_sweep("my.mod:fn:ratio=0.5,'x'") == ("my.mod:fn", "ratio", [0.5, "x"])
+    with pytest.raises(LongctxError, match="'x' is not a Python literal"):  # an unquoted word is no silent string
+        parse_sweep("my.mod:fn:ratio=0.5,x")
     with pytest.raises(LongctxError, match="expected METHOD:KNOB=V1,V2"):
         parse_sweep("last_tokens=5")
 

@@ -3,6 +3,7 @@ registered in the ``pytest_longctx.backends`` entry-point group that builds an o
 ``read(ids, positions, tokens)`` (see ``base.Backend``)."""
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
@@ -23,7 +24,23 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
         factory = resolve(backend, BACKENDS, BUILTIN)
     except RegistryError as exc:
         raise LongctxError(f"--backend {backend}: {exc}") from None
-    made = factory(model=model, dtype=dtype, device=device)
+    if not callable(factory):
+        raise LongctxError(f"--backend {backend}: names a {type(factory).__name__}, not a factory (a function or class)")
+    try:
+        inspect.signature(factory).bind(model=model, dtype=dtype, device=device)
+    except TypeError as exc:
+        raise LongctxError(f"--backend {backend}: the factory cannot be called as factory(model=..., dtype=..., device=...) "
+                           f"({exc})") from None
+    except ValueError:  # no signature to inspect (a builtin): the call says
+        pass
+    try:
+        made = factory(model=model, dtype=dtype, device=device)
+    except LongctxError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise LongctxError(f"--backend {backend}: the factory failed for model {model}: {type(exc).__name__}"
+                           + (f": {first}" if first else "")) from None
     if not callable(getattr(made, "read", None)):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
     return made, getattr(made, "tokenizer", None)

@@ -9,7 +9,9 @@ model reference: hub id, folder or .gguf file).
 from __future__ import annotations
 
 import os
+import re
 from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
 from typing import Callable
 
 from pytest_longctx.backends.registry import ALIASES, RegistryError, registered, resolve
@@ -18,6 +20,8 @@ from pytest_longctx.errors import LongctxError
 Resolver = Callable[[], str]
 # the packaged SmolLM2 is converted by the transformers backend, imported on first use
 _ALIASES: dict[str, Resolver | str] = {"smollm2-135m": "pytest_longctx.backends.hf:smollm2_folder"}
+# a hub model id: ``name`` or ``org/name``
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 def register_alias(name: str, resolver: Resolver) -> None:
@@ -29,6 +33,15 @@ def register_alias(name: str, resolver: Resolver) -> None:
 def aliases() -> list[str]:
     """Every alias name: registered here or by an installed package's entry point."""
     return sorted({*_ALIASES, *registered(ALIASES)})
+
+
+def is_model_name(model: str) -> bool:
+    """Whether ``model`` names a model the same way on every machine: an alias or a hub id
+    (``org/name``), not a local folder or file."""
+    if model in aliases():
+        return True
+    path = Path(model).expanduser()
+    return bool(HUB_ID.fullmatch(model)) and not model.startswith(".") and path.suffix != ".gguf" and not path.exists()
 
 
 def resolve_model(name: str) -> str:

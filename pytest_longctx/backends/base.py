@@ -23,7 +23,9 @@ class Backend(Protocol):
 
     A backend may also expose ``tokenizer`` (a Hugging Face tokenizer, for the ``text``
     mode) and ``describe() -> dict`` (model id, weight fingerprint, dtype, device,
-    library versions: recorded in results and baselines).
+    library versions: recorded in results and baselines), and ``context_window`` (the
+    longest sequence it was trained for, or None): texts longer than that are refused
+    unless the user allows them.
     """
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult: ...

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends.aliases import resolve_model, smollm2_gguf
+from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, write_atomically
@@ -50,8 +50,16 @@ def resolve_device(device: str) -> str:
     torch = _torch()
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    kind, colon, index = device.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (colon and not (kind == "cuda" and index.isdigit())):
+        raise LongctxError(f"--device {device}: expected auto, cpu, cuda, cuda:N or mps")
+    if kind == "cuda" and not torch.cuda.is_available():
         raise LongctxError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise LongctxError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+                           f"cuda:{torch.cuda.device_count() - 1}")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise LongctxError(f"--device {device}: MPS (Apple GPU) is not available here; use --device cpu")
     return device
 
 
@@ -76,7 +84,29 @@ def _locate(model: str) -> tuple[str, dict[str, Any]]:
         return str(path), {}
     if path.exists():
         raise LongctxError(f"--model {model}: expected a model folder, a .gguf file or a hub id")
+    if not is_model_name(model):  # a path, not a hub id: transformers would say "Repo id must be in the form…"
+        raise LongctxError(f"--model {model}: no such folder or file (a model folder, a .gguf file, a hub id or an alias)")
     return model, {}
+
+
+def _damaged_weights(folder: str) -> str | None:
+    """Which ``*.safetensors`` file of ``folder`` is truncated or not safetensors at all, and
+    how: checked from its header (8 bytes of length, then JSON), without loading it."""
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < length <= size - 8:
+                return f"{path}: not a safetensors file, or truncated ({size} bytes)"
+            try:
+                header = json.loads(handle.read(length))
+                end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                return f"{path}: its safetensors header is damaged"
+        if 8 + length + end != size:
+            return f"{path}: truncated or damaged ({size} bytes, its header describes {8 + length + end})"
+    return None
 
 
 def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
@@ -88,6 +118,9 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
         raise LongctxError("the transformers backend needs transformers: pip install 'pytest-longctx[hf]'") from None
     where, extra = _locate(model)
     device = resolve_device(device)
+    damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
+    if damaged:
+        raise LongctxError(f"--model {model}: cannot load it: {damaged}; re-download or re-save the model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **extra)
         loaded = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype, device), **extra)
@@ -95,6 +128,10 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
+    except Exception as exc:  # e.g. a damaged weights file in another format (safetensors, torch, GGUF raise their own types)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
+                           "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
     return loaded.to(device).eval(), tokenizer
 
 
@@ -144,6 +181,17 @@ class TransformersBackend:
              name: str | None = None) -> TransformersBackend:
         loaded, tokenizer = load_pretrained(model, dtype, device)
         return cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
+
+    @property
+    def context_window(self) -> int | None:
+        """The positions the model was trained for (``max_position_embeddings``; a GGUF's
+        context length lands there too); None when unknown or when RoPE scaling is
+        configured (the configuration then extends the window itself)."""
+        config = self.model.config.get_text_config()
+        rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+        if rope.get("rope_type", "default") != "default":
+            return None
+        return getattr(config, "max_position_embeddings", None)
 
     # -------------------------------------------------------------- reading
 

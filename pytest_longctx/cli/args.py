@@ -3,6 +3,16 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_longctx.parse import comma_list
+
+
+def names(text: str) -> list[str]:
+    """An argparse type: a comma-separated list of at least one name."""
+    try:
+        return comma_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
     """How the model is loaded and run, where past answers are kept, and progress."""

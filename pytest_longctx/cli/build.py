@@ -7,23 +7,26 @@ from pathlib import Path
 
 from pytest_longctx.data.builtin.build import DEFAULT_SEED, build
 from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS
-from pytest_longctx.data.lengths import length_tokens
+from pytest_longctx.data.lengths import check_buildable
 from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS
 from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.parse import check_limit, comma_list
-
-MIN_TOKENS = 2048
+from pytest_longctx.parse import check_limit, comma_list, option_value
+from pytest_longctx.paths import check_writable
 
 
 def _build(args: argparse.Namespace) -> int:
-    lengths = comma_list(args.lengths)
+    lengths = option_value("--lengths", args.lengths, comma_list)
     for length in lengths:
-        if length_tokens(length) < MIN_TOKENS:
-            raise LongctxError(f"--lengths {length}: the builder needs at least 2k tokens (a rule and its targets lie 512+ tokens apart)")
-    sets = comma_list(args.sets) if args.sets else list(ALL_CONFIGS)
+        check_buildable(length)
+    sets = option_value("--sets", args.sets, comma_list) if args.sets is not None else list(ALL_CONFIGS)
     check_limit(args.limit)
-    build(Path(args.out), lengths, args.seed, sets, args.limit)
+    out = Path(args.out)
+    check_writable(out, "--out", folder=True)
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise LongctxError(f"--out {args.out}: the folder is not empty, and building replaces its README.md and parquet files; "
+                           "pass --force to build into it anyway, or give a new folder")
+    build(out, lengths, args.seed, sets, args.limit)
     at = f" at {', '.join(lengths)}" if any(s in CONFIGS for s in sets) else ""
     print(f"longctx: wrote {', '.join(sets)}{at} to {args.out}", file=sys.stderr)
     return 0
@@ -55,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="at most this many items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by default)",
     )
+    builder.add_argument("--force", action="store_true",
+                         help="build into a folder that is not empty, replacing its README.md and the parquet files built")
     builder.set_defaults(run=_build)
     validate = subparsers.add_parser("validate", help="check a benchmark folder against the schema and for internal consistency")
     validate.add_argument("dir", help="the benchmark folder (builtin or published)")

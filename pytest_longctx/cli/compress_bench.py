@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.cli.args import add_reader_arguments
+from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.compress.evaluate import Compressed, Reader, compress_one, read_answers
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, row_values
@@ -18,7 +18,7 @@ from pytest_longctx.data.records import session_text
 from pytest_longctx.data.sessions import load_sessions, sessions
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics
-from pytest_longctx.parse import comma_list
+from pytest_longctx.paths import check_writable
 from pytest_longctx.progress import Progress
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.cache import ScoreCache
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "knob; print retention (Layer A), realized savings and, with --model, the change in "
                                    "the answer's teacher-forced recall and log-probability (Layer B) per point, the "
                                    "Pareto front, and each method's retention at matched savings.")
-    p.add_argument("--methods", type=comma_list, help="comma-separated built-ins or module:function "
+    p.add_argument("--methods", type=names, help="comma-separated built-ins or module:function "
                    f"(default: {', '.join(DEFAULT_SWEEPS)}; selective_context only with --model)")
     p.add_argument("--sweep", action="append", default=[], metavar="METHOD:KNOB=V1,V2,...",
                    help="the knob values to run a method with (replaces its default sweep; several for one method "
@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"compress-bench: {message}", file=sys.stderr, flush=True)
 
+    if args.out:
+        check_writable(args.out, "--out")
     sweeps = _sweeps(args)
     compressors = [resolve(method, knobs, Path.cwd()) for method, sweep in sweeps.items() for knobs in knob_grid(sweep)]
     dataset = load_sessions(args.data, args.limit)

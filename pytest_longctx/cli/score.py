@@ -5,9 +5,9 @@ import argparse
 import sys
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.cli.args import add_reader_arguments
+from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.parse import comma_list
+from pytest_longctx.paths import check_writable
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
@@ -20,25 +20,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
     p.add_argument("--model", required=True, help="hub id, local folder, or .gguf file")
     p.add_argument("--data", default="builtin", help="'builtin' (default), a local folder in the HF layout, or a hub id")
-    p.add_argument("--sets", type=comma_list, help="configs to score, comma-separated (default: all present)")
-    p.add_argument("--lengths", type=comma_list, help="splits to score, e.g. 2k,8k (default: all present)")
+    p.add_argument("--sets", type=names, help="configs to score, comma-separated (default: all present)")
+    p.add_argument("--lengths", type=names, help="splits to score, e.g. 2k,8k (default: all present)")
     p.add_argument("--limit", type=int, help="the first N items of each config and length")
     p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (docs/metrics.md#tokenization-modes)")
     p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
     p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
                    help="the reference model's saved scores: the rules effects are measured against it")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
+    p.add_argument("--allow-beyond-context", action="store_true",
+                   help="score texts longer than the model's context window (refused by default)")
     add_reader_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    for option, path in (("--out", args.out), ("--save_scores", args.save_scores)):
+        if path:
+            check_writable(path, option)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device)
     cache = ScoreCache.for_backend(backend, args.cache_dir)
     results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
-                         cache=cache)
+                         cache=cache, beyond_context=args.allow_beyond_context)
+    if results.meta.get("mode_fallback"):
+        print(f"longctx: warning: {results.meta['mode_fallback']}", file=sys.stderr)
     for warning in results.warnings:
         print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
     print(rows_table(results.rows))

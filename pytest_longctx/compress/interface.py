@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from pytest_longctx.backends.registry import COMPRESSORS, RegistryError
 from pytest_longctx.backends.registry import resolve as resolve_name
-from pytest_longctx.compress.methods import BUILTIN
+from pytest_longctx.compress.methods import BUILTIN, KNOB_RANGES
 from pytest_longctx.data.records import FaithfulnessItem, Message
 from pytest_longctx.errors import LongctxError
 
@@ -31,11 +31,13 @@ class CompressorError(LongctxError):
 
 
 def parse_value(text: str) -> Any:
-    """A knob value: a Python literal (number, bool, string in quotes), else the text itself."""
+    """A knob value: a Python literal (number, bool, None, string in quotes, list, …);
+    anything else is a ``ValueError`` (an unquoted word would silently become a string)."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        raise ValueError(f"{text!r} is not a Python literal (a number, True/False, None or a quoted string "
+                         f"such as '{text}')") from None
 
 
 def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
@@ -44,8 +46,26 @@ def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip().isidentifier():
             raise LongctxError(f"{where} {pair!r}: expected NAME=VALUE, e.g. ratio=0.5")
-        knobs[name.strip()] = parse_value(value.strip())
+        try:
+            knobs[name.strip()] = parse_value(value.strip())
+        except ValueError as exc:
+            raise LongctxError(f"{where} {pair!r}: {exc}") from None
     return knobs
+
+
+def knob_problem(value: Any, default: Any, bounds: tuple[float, float | None] | None) -> str | None:
+    """What is wrong with a knob's value, or None: a value of another kind than the knob's
+    default (a whole number where the default is one, a number for a float, True/False for
+    a bool), or one outside the built-in's range."""
+    kinds = {bool: ((bool,), "True or False"), int: ((int,), "a whole number"), float: ((int, float), "a number")}
+    expected, wanted = kinds.get(type(default), (None, ""))
+    if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
+        return f"is not {wanted}"
+    if bounds and isinstance(value, (int, float)):
+        low, high = bounds
+        if value < low or (high is not None and value > high):
+            return "is out of range: it must be " + (f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}")
+    return None
 
 
 def _import(spec: str, search: Path | None) -> Callable[..., Any]:
@@ -111,4 +131,9 @@ def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> 
     unknown = [k for k in knobs if k in SERVICES or (k not in accepted and not open_ended)]
     if unknown:
         raise LongctxError(f"compressor {spec}: unknown knob {', '.join(unknown)}; it takes {', '.join(accepted) or 'no knobs'}")
+    for name, value in knobs.items():
+        default = parameters[name].default if name in parameters else inspect.Parameter.empty
+        problem = knob_problem(value, default, KNOB_RANGES.get(name) if spec in BUILTIN else None)
+        if problem:
+            raise LongctxError(f"compressor {spec}: knob {name}={value!r} {problem}")
     return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters))

@@ -147,6 +147,9 @@ def selective_context(messages: Messages, probe: str, *, ratio: float = 0.5, sco
     return _compress_units(messages, words, set(range(len(words))) - dropped)
 
 
+# the built-ins' knobs: the smallest value and the largest (None: no largest)
+KNOB_RANGES: dict[str, tuple[float, float | None]] = {"count": (0, None), "tokens": (0, None), "ratio": (0.0, 1.0)}
+
 BUILTIN: dict[str, Callable[..., Messages]] = {
     f.__name__: f for f in (identity, last_tokens, last_messages, message_relevance, sentence_relevance, selective_context)
 }

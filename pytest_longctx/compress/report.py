@@ -36,6 +36,7 @@ def summary_lines(run: CompressorRun, evaluation: CompressionEvaluation, notes: 
         lines.append(f"{len(errors)} item(s) could not be compressed (counted as keeping no fact):")
         lines.extend(f"  {error}" for error in errors[:5])
         lines.extend([f"  and {len(errors) - 5} more"] if len(errors) > 5 else [])
+    lines.extend(f"longctx: warning: {w}" for w in run.warnings)
     lines.extend(notes)
     return lines
 

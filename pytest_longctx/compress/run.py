@@ -32,6 +32,7 @@ from pytest_longctx.gate.options import GateOptions
 from pytest_longctx.gate.session import Case, Progress
 from pytest_longctx.gate.verdicts import Verdict, item_key
 from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
+from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 
@@ -67,6 +68,8 @@ class CompressorRun:
     def __init__(self, options: GateOptions, invocation_dir: Path):
         if options.compressor is None:
             raise LongctxError("the compressor gate needs --longctx-compressor module:function")
+        if options.out:  # checked before any work, not after it
+            check_writable(options.out, "--longctx-out")
         self.options = options
         self.thresholds = options.thresholds
         self.dataset = load_sessions(options.data, options.limit)
@@ -78,6 +81,8 @@ class CompressorRun:
         self.failure: str | None = None
         self.reader: Reader | None = None
         self.cache: Any = None
+        keys = [item_key(*key) for key in self.items] + [spec.key for spec in self.row_specs()]
+        self.warnings: list[str] = self.thresholds.check_patterns(keys)
 
     # -------------------------------------------------------------- cases
 
@@ -137,7 +142,7 @@ class CompressorRun:
     def _start(self, backend: Any) -> None:
         self.reader = Reader.of(backend, self.options.model)
         if backend is not None:
-            self.cache = ScoreCache.for_backend(backend, self.options.cache_dir)
+            self.cache = ScoreCache.for_backend(backend, self.options.cache_dir, warn=self.warnings.append)
         self.meta = {"compressor": self.compressor.label, "tokenizer": self.reader.tokenizer_name,
                      "chat_markup": chat_markup(self.reader.tokenizer), "data_source": self.dataset.source,
                      **({"reader": describe(backend)} if backend is not None else {})}

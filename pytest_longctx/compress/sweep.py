@@ -34,7 +34,10 @@ def parse_sweep(text: str) -> tuple[str, str, list[Any]]:
     knob, sep, values = assignment.partition("=")
     if not method or not sep or not knob.isidentifier() or not values.strip():
         raise LongctxError(f"--sweep {text!r}: expected METHOD:KNOB=V1,V2,... e.g. last_tokens:tokens=256,512")
-    return method, knob, [parse_value(v) for v in comma_list(values)]
+    try:
+        return method, knob, [parse_value(v) for v in comma_list(values)]
+    except ValueError as exc:
+        raise LongctxError(f"--sweep {text!r}: {exc}") from None
 
 
 def knob_grid(sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:

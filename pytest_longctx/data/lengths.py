@@ -15,6 +15,22 @@ def length_tokens(length: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) else 1)
 
 
+# the builder's shortest length: a rule and its targets lie 512+ tokens apart
+MIN_BUILD_TOKENS = 2048
+
+
+def check_buildable(length: str) -> int:
+    """The tokens of a length the builder can build (a split name of at least 2k tokens), or
+    one line saying why not; checked before anything is built or announced."""
+    try:
+        tokens = length_tokens(length)
+    except LongctxError:
+        raise LongctxError(f"--lengths {length}: expected a length like 2k, 8k or 32k") from None
+    if tokens < MIN_BUILD_TOKENS:
+        raise LongctxError(f"--lengths {length}: the builder needs at least 2k tokens (a rule and its targets lie 512+ tokens apart)")
+    return tokens
+
+
 def _split_order(split: str) -> tuple[int, str]:
     """Lengths by size; names that are not lengths (the faithfulness config's) after them."""
     try:

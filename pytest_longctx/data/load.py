@@ -109,6 +109,12 @@ def _columns(path: Path) -> list[str] | None:
         raise DataError(f"{path}: not a readable Parquet file ({exc}); rebuild or re-download it") from None
 
 
+def _row_count(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(path).num_rows
+
+
 def read_split(config: str, files: list[Path], limit: int | None = None) -> list[Item]:
     """Validated items of one config and split, in file order (the first ``limit``)."""
     items: list[Item] = []
@@ -117,13 +123,18 @@ def read_split(config: str, files: list[Path], limit: int | None = None) -> list
         if left == 0:
             break
         columns = _columns(path)
-        if columns is not None:
+        if columns is not None and _row_count(path):  # an empty file is reported below, not as missing columns
             check_columns(config, columns, str(path))
         rows = _table_rows(path, left) if path.suffix == ".parquet" else _jsonl_rows(path, left)
         for number, row in enumerate(rows):
             if columns is None:
                 check_columns(config, list(row), f"{path}, row {number}")
             items.append(parse_item(config, row, f"{path}, row {number}"))
+    if not items and limit != 0:
+        match = SPLIT_FILE.fullmatch(files[0].name)
+        split = match.group(1) if match else files[0].stem
+        raise DataError(f"{', '.join(str(p) for p in files)}: split {split} of {config} holds no items; "
+                        "remove the empty file or write the split's items into it")
     seen: set[str] = set()
     for item in items:
         if item.id in seen:

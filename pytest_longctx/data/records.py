@@ -1,6 +1,7 @@
 """Typed records of the benchmark's items (docs/metrics.md), one dataclass per config.
 
-Character spans are half-open ``(start, end)`` offsets into the item's text. Token
+Character spans are half-open ``(start, end)`` offsets into the item's text (a row may
+give a position as its start offset alone: data/schema.py derives the end). Token
 fields prefixed ``qwen_`` hold the Qwen3.5 tokenization the items were built with:
 ``qwen_ids*`` are the token ids of a text, ``qwen_pos*`` are indices into those ids.
 They are optional: without them only the ``text`` mode can score an item.
@@ -37,7 +38,7 @@ class FactTarget:
     fact_char: Span  # the planted fact sentence
     fact: str
     distance_tokens: int
-    qwen_answer_pos: Span | None = None  # answer tokens [first, end) in qwen_ids
+    qwen_answer_pos: Span | int | None = None  # answer tokens [first, end) in qwen_ids, or first alone (end: with the tokenizer)
 
 
 @dataclass(frozen=True, eq=False)

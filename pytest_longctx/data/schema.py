@@ -1,6 +1,7 @@
 """Row -> record conversion with validation: every error names the file, row and field."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable
 
@@ -92,6 +93,33 @@ class _Row:
             raise self.fail(field, f"span [{start}, {end}) is not inside the text{limit}")
         return start, end
 
+    def position(self, field: str, text_len: int, end: int | Callable[[int], int]) -> tuple[int, int]:
+        """A character position: a ``[start, end)`` span, or an offset where the span starts
+        (the card's "where ... starts"); the span then ends ``end`` characters later, or
+        where ``end(start)`` says."""
+        value = self.data.get(field)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            if value is not None and not isinstance(value, (list, tuple, np.ndarray)):
+                raise self.fail(field, f"expected an offset or a [start, end] span, got {type(value).__name__} {value!r:.60}")
+            return self.span(field, text_len)
+        start = int(value)
+        if not 0 <= start < text_len:
+            raise self.fail(field, f"offset {start} is not inside the text (text has {text_len} characters)")
+        stop = start + end if isinstance(end, int) else end(start)
+        if not start < stop <= text_len:
+            raise self.fail(field, f"offset {start}: the span it starts, [{start}, {stop}), is not inside the text "
+                                   f"(text has {text_len} characters)")
+        return start, stop
+
+    def token_span(self, field: str) -> tuple[int, int] | int | None:
+        """Token positions ``[first, end)``, or the first alone (the end is found with the tokenizer)."""
+        value = self.data.get(field)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            if value < 0:
+                raise self.fail(field, f"token position {int(value)} is negative")
+            return int(value)
+        return self.span(field, None, optional=True)
+
     def records(self, field: str) -> list[_Row]:
         values = self.get(field, (list, tuple, np.ndarray))
         rows = []
@@ -123,12 +151,12 @@ def _fact(row: _Row) -> FactItem:
     text = row.text("text")
     targets = tuple(
         FactTarget(
-            answer_char=t.span("answer_char", len(text)),
+            answer_char=t.position("answer_char", len(text), len(t.text("answer"))),
             answer=t.text("answer"),
-            fact_char=t.span("fact_char", len(text)),
+            fact_char=t.position("fact_char", len(text), len(t.text("fact"))),
             fact=t.text("fact"),
             distance_tokens=t.integer("distance_tokens"),
-            qwen_answer_pos=t.span("qwen_answer_pos", None, optional=True),
+            qwen_answer_pos=t.token_span("qwen_answer_pos"),
         )
         for t in row.records("targets")
     )
@@ -143,18 +171,54 @@ def _fact(row: _Row) -> FactItem:
     )
 
 
+COMMAND_WORD = re.compile(r"[\s*`$>-]*([^\s`:,;()]+)")  # "- docbuild --strict: builds …" -> docbuild
+
+
+def _definition_end(text: str, start: int, kind: str) -> int:
+    """Where a definition given by its offset ends: a JSON tool definition's closing brace,
+    else the end of its line (a documented command is one line)."""
+    if kind == "tool":
+        try:
+            return json.JSONDecoder().raw_decode(text, start)[1]
+        except json.JSONDecodeError:
+            pass
+    line_end = text.find("\n", start)
+    return len(text) if line_end < 0 else line_end
+
+
+def _definition_name(body: str, kind: str) -> str | None:
+    """A tool's name from its JSON definition (``name``, or ``function.name`` in the
+    OpenAI form); a command's from its first word."""
+    if kind == "command":
+        match = COMMAND_WORD.match(body)
+        return match.group(1) if match else None
+    try:
+        spec = json.JSONDecoder().raw_decode(body.lstrip())[0]
+    except json.JSONDecodeError:
+        return None
+    if isinstance(spec, dict) and isinstance(spec.get("function"), dict) and "name" not in spec:
+        spec = spec["function"]
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _definition(d: _Row, text: str) -> ToolDefinition:
+    """The card's minimal form is id, kind and span (``char``, a span or an offset); ``text``
+    is then the span's text and ``name`` is derived from it."""
+    kind = d.choice("kind", ("tool", "command"))
+    given = d.get("text", str, optional=True)
+    char = d.position("char", len(text), len(given) if given is not None else lambda start: _definition_end(text, start, kind))
+    body = given if given is not None else text[char[0]:char[1]]
+    name = d.get("name", str, optional=True) or _definition_name(body, kind)
+    if name is None:
+        raise d.fail("name", f"missing, and the span holds no {'JSON tool definition with a name' if kind == 'tool' else 'command'} "
+                             "to take it from; give the definition's name")
+    return ToolDefinition(id=d.text("id"), name=name, kind=kind, char=char, text=body)
+
+
 def _tool(row: _Row) -> ToolItem:
     text = row.text("text")
-    definitions = tuple(
-        ToolDefinition(
-            id=d.text("id"),
-            name=d.text("name"),
-            kind=d.choice("kind", ("tool", "command")),
-            char=d.span("char", len(text)),
-            text=d.text("text"),
-        )
-        for d in row.records("definitions")
-    )
+    definitions = tuple(_definition(d, text) for d in row.records("definitions"))
     known = {d.id for d in definitions}
     targets = []
     for t in row.records("targets"):
@@ -163,7 +227,7 @@ def _tool(row: _Row) -> ToolItem:
             raise t.fail("definition_id", f"{definition_id!r} is not in the item's definitions")
         targets.append(
             ToolTarget(
-                char=t.span("char", len(text)),
+                char=t.position("char", len(text), len(t.text("target"))),
                 target=t.text("target"),
                 kind=t.choice("kind", TOOL_KINDS),
                 far=t.flag("far"),
@@ -187,8 +251,8 @@ def _rule(row: _Row) -> RuleItem:
     without, with_rule = row.text("text_without_rule"), row.text("text_with_rule")
     targets = tuple(
         RuleTarget(
-            char_without_rule=t.span("char_without_rule", len(without)),
-            char_with_rule=t.span("char_with_rule", len(with_rule)),
+            char_without_rule=t.position("char_without_rule", len(without), len(t.text("original_text"))),
+            char_with_rule=t.position("char_with_rule", len(with_rule), len(t.text("original_text"))),
             expected_text=t.text("expected_text"),
             original_text=t.text("original_text"),
             distance_tokens=t.integer("distance_tokens"),
@@ -206,7 +270,7 @@ def _rule(row: _Row) -> RuleItem:
         text_without_rule=without,
         text_with_rule=with_rule,
         rule=row.text("rule"),
-        rule_char=row.span("rule_char", len(with_rule)),
+        rule_char=row.position("rule_char", len(with_rule), len(row.text("rule"))),
         family=row.choice("family", FAMILIES),
         placement=row.choice("placement", PLACEMENTS),
         lang=row.text("lang"),

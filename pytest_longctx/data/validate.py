@@ -63,7 +63,9 @@ def _facts(item: FactItem, check: Checker, encoding: Encoding) -> None:
         if first is None:
             continue
         end = encoding.covering(t.answer_char[1] - 1) + 1
-        if t.qwen_answer_pos is not None:
+        if isinstance(t.qwen_answer_pos, int):  # the first answer token alone
+            check.check(t.qwen_answer_pos == first, f"{f}.qwen_answer_pos", f"{t.qwen_answer_pos}, the answer starts at token {first}")
+        elif t.qwen_answer_pos is not None:
             check.check(
                 tuple(t.qwen_answer_pos) == (first, end),
                 f"{f}.qwen_answer_pos",

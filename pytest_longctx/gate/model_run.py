@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError
@@ -20,6 +21,7 @@ from pytest_longctx.gate.session import Case, Progress, unit_of
 from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key, row_key
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
+from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
@@ -34,6 +36,7 @@ class GateRun:
     def __init__(self, options: GateOptions, invocation_dir: Path):
         self.options = options
         self.thresholds = options.thresholds
+        self._check_outputs(invocation_dir)
         self.dataset = load_dataset(options.data, options.sets, options.lengths, options.limit)
         self.baseline_path = (invocation_dir / options.baseline) if options.baseline else None
         if options.update_baseline and self.baseline_path is None:
@@ -54,7 +57,18 @@ class GateRun:
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
         self._evaluations: dict[frozenset[ItemKey], Evaluation] = {}
-        self.warnings: list[str] = left_out
+        self.warnings: list[str] = left_out + self.thresholds.check_patterns(self.check_keys())
+
+    def _check_outputs(self, invocation_dir: Path) -> None:
+        """Every file the run will write, checked before any work: a path that cannot be
+        written is one line now, not a traceback once the scoring is done."""
+        options = self.options
+        outputs = [("--longctx-out", options.out), ("--longctx-markdown", options.markdown), ("--longctx-html", options.html)]
+        if options.update_baseline and options.baseline:
+            outputs.append(("--longctx-baseline", invocation_dir / options.baseline))
+        for option, path in outputs:
+            if path:
+                check_writable(path, option)
 
     def _leave_out_configs_without_baseline(self) -> list[str]:
         """Without --longctx-sets, a config the baseline has no scores for at all (a baseline
@@ -71,7 +85,11 @@ class GateRun:
 
     def _missing_baseline_message(self) -> str:
         path = self.options.baseline or "baselines/<original-model>.json.gz"
-        command = " ".join(["pytest", f"--longctx-model {self.options.model}", f"--longctx-baseline {path}",
+        # a local path in the hint would be copied into CI, where it names nothing: name the
+        # model as given only when it is an id or alias
+        named = is_model_name(str(self.options.model))
+        model = self.options.model if named else "<original-model-id-or-alias>"
+        command = " ".join(["pytest", f"--longctx-model {model}", f"--longctx-baseline {path}",
                             "--longctx-update-baseline", *self.options.data_args()])
         where = (
             f"baseline {self.baseline_path} does not exist"
@@ -80,7 +98,8 @@ class GateRun:
         )
         return (
             f"{where}; create it from the original (uncompressed) model, then commit it: {command} "
-            "(put the original model's id in --longctx-model if this one is a compressed candidate)"
+            + ("(put the original model's id in --longctx-model if this one is a compressed candidate)" if named else
+               f"(in --longctx-model put the original model's hub id or alias, not a local path like {self.options.model})")
         )
 
     def _keys(self, config: str, length: str | None = None) -> frozenset[ItemKey]:
@@ -89,6 +108,15 @@ class GateRun:
     def cases(self) -> list[Case]:
         if self.missing_baseline:  # one test, which fails saying how to make the baseline
             return [Case("baseline", "baseline", frozenset(), "")]
+        return self._checks(every_cell=False)
+
+    def check_keys(self) -> list[str]:
+        """The key of every check the run can make, thresholded or not (what a
+        ``--longctx-threshold`` pattern may name)."""
+        return [case.key for case in self._checks(every_cell=True)]
+
+    def _checks(self, every_cell: bool) -> list[Case]:
+        """Items, rules cells (those with a threshold, or ``every_cell``) and headline rows."""
         found: list[Case] = []
         for config, length, item in self.dataset.items():
             found.append(
@@ -99,7 +127,7 @@ class GateRun:
                 continue
             for _, length, placement, family in cells(config, by_length):
                 key = cell_key(config, length, placement, family)
-                if cell_metrics(self.thresholds, key, family, placement):
+                if every_cell or cell_metrics(self.thresholds, key, family, placement):
                     found.append(Case("cell", key, self._keys(config, length), config, length))
         selection = {config: list(by_length) for config, by_length in self.dataset.configs.items()}
         for _, source in row_specs(selection):
@@ -143,18 +171,19 @@ class GateRun:
     def _score(self, keys: set[ItemKey], backend: Any, progress: Progress) -> None:
         tokenizer = getattr(backend, "tokenizer", None)
         if not self.scores.mode:
-            self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset)
+            self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset, self.warnings)  # a fallback to text says so
             if self.baseline is not None:
                 check_fits(
                     self.baseline, self.scores.mode, tokenizer_fingerprint(tokenizer, self.scores.mode), self.fingerprints, what="baseline"
                 )
         if self.cache is None:
-            self.cache = ScoreCache.for_backend(backend, self.options.cache_dir) or False
-        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress, cache=self.cache or None)
+            self.cache = ScoreCache.for_backend(backend, self.options.cache_dir, warn=self.warnings.append) or False
+        part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress,
+                           cache=self.cache or None, beyond_context=self.options.allow_beyond_context)
         if not self.scores.meta:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:
-                self.warnings.extend(advisory_differences(self.baseline.meta, self.scores.meta))
+                self.warnings.extend(f"the baseline differs in {d}" for d in advisory_differences(self.baseline.meta, self.scores.meta))
         self.merge(part)
 
     def merge(self, part: ScoresFile) -> None:

@@ -42,6 +42,8 @@ OPTIONS = (
     Option("update-baseline", "score the model as the reference and (re)write --longctx-baseline", False, ini=False, kind="flag"),
     Option("out", "write the results JSON here", ini=False),
     Option("only", "run only the gate's tests (deselect the others collected)", False, ini=False, kind="flag"),
+    Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)", False,
+           ini=False, kind="flag"),
     # reports (gate_reports.py)
     Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", ini=False),
     Option("html", "write the HTML report here (one self-contained file)", ini=False),
@@ -105,6 +107,7 @@ class GateOptions:
     html: str | None = None
     compressor: str | None = None  # the compressor gate (compress/gate.py)
     knobs: tuple[str, ...] = ()
+    allow_beyond_context: bool = False
     min_retention_verbatim: float = 1.0
     min_retention_paraphrase: float = 0.95
 
@@ -127,10 +130,7 @@ def _convert(option: Option, raw: Any) -> Any:
     if option.kind == "pairs":
         return tuple(raw)
     if option.kind == "csv":
-        values = comma_list(str(raw))
-        if not values:
-            raise ValueError("expected a comma-separated list")
-        return values
+        return comma_list(str(raw))
     if option.kind == "int":
         return at_least_one(raw)
     if option.kind == "float":
@@ -148,7 +148,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         raw, source = getoption(option.dest), "on the command line"
         if option.kind == "lines":
             if option.ini:
-                overrides.extend(parse_overrides(getini(option.dest) or [], f"ini option {option.dest} in {inipath}"))
+                overrides.extend(parse_overrides(getini(option.dest) or [], f"ini option {option.dest} in {inipath}",
+                                                 strict=False))
             overrides.extend(parse_overrides(raw or [], f"{option.flag} on the command line"))
             continue
         if raw is None and option.ini and getini(option.dest) not in (None, ""):
@@ -160,11 +161,15 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
             values[option.dest] = _convert(option, raw)
         except ValueError as exc:
             raise LongctxError(f"{option.flag} {raw!r} ({source}): {exc}") from None
+    if values["longctx_knob"] and not values["longctx_compressor"]:
+        raise LongctxError(f"--longctx-knob {' '.join(values['longctx_knob'])}: knobs set a context compressor's "
+                           "parameters; name the compressor with --longctx-compressor")
     return GateOptions(
         model=values["longctx_model"], data=values["longctx_data"], sets=values["longctx_sets"],
         lengths=values["longctx_lengths"], limit=values["longctx_limit"], mode=values["longctx_mode"],
         baseline=values["longctx_baseline"], update_baseline=bool(values["longctx_update_baseline"]),
-        out=values["longctx_out"], only=bool(values["longctx_only"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
+        out=values["longctx_out"], only=bool(values["longctx_only"]),
+        allow_beyond_context=bool(values["longctx_allow_beyond_context"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
         backend=values["longctx_backend"], cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],

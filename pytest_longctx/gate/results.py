@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_longctx.data.load import Dataset, load_dataset
-from pytest_longctx.data.records import ItemKey
+from pytest_longctx.data.records import FAITHFULNESS, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.fingerprint import item_fingerprint
 from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
@@ -68,7 +68,8 @@ def find_data(explicit: str | None, needed: dict[ItemKey, str], results: Results
         return None, f"{message}; the texts around targets are left out (pass --data DIR, the data the results were scored on)"
 
     configs = sorted({c for c, _, _ in needed})
-    lengths = sorted({n for _, n, _ in needed})
+    # the faithfulness config's splits (``train``) are not lengths: load_dataset reads all of them
+    lengths = sorted({n for c, n, _ in needed if c != FAITHFULNESS})
     try:
         dataset = load_dataset(source, sets=configs, lengths=lengths)
     except LongctxError as exc:

@@ -10,7 +10,7 @@ threshold where it matches; the last matching override wins.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, config_kind
@@ -42,6 +42,8 @@ class Override:
     pattern: str
     metric: str
     value: float
+    source: str = field(default="", compare=False)  # where it was given, for messages
+    strict: bool = field(default=True, compare=False)  # a pattern that matches no check is an error, else a warning
 
     @classmethod
     def parse(cls, text: str) -> Override:
@@ -81,6 +83,22 @@ class Thresholds:
                 found = override.value
         return found
 
+    def check_patterns(self, keys: Iterable[str]) -> list[str]:
+        """Every override must name a check of this run (``keys``: every check key). One
+        that names none is an error (given on the command line) or a warning (from an ini
+        file, which may cover more than a run selects); the warnings are returned."""
+        keys = sorted(keys)
+        warnings = []
+        for override in self.overrides:
+            if any(fnmatch.fnmatchcase(key, override.pattern) for key in keys):
+                continue
+            message = (f"{override.source} '{override}': the pattern {override.pattern!r} matches no check of this run; "
+                       f"the checks are named like {_examples(keys)}")
+            if override.strict:
+                raise LongctxError(message)
+            warnings.append(message)
+        return warnings
+
     def describe(self) -> dict[str, str]:
         values = {m: f"{getattr(self, m):g}" for m in METRICS if hasattr(self, m)}
         values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
@@ -88,6 +106,12 @@ class Thresholds:
 
 
 # ------------------------------------------------------------------ keys
+
+
+def _examples(keys: list[str], shown: int = 12) -> str:
+    """Some check keys to name in a message: the shortest first (rows before cells and items)."""
+    chosen = sorted(keys, key=lambda k: (len(k), k))[:shown]
+    return ", ".join(chosen) + (f" ({len(keys) - shown} more)" if len(keys) > shown else "")
 
 
 def row_key(source: dict[str, Any]) -> str:
@@ -149,11 +173,16 @@ class Verdict:
 
     @property
     def applicable(self) -> bool:
-        return self.model is not None
+        """n/a only when neither side has a value (e.g. a rules cell with no counted target)."""
+        return self.model is not None or self.baseline is not None
 
     @property
     def passed(self) -> bool:
-        return self.model is None or self.model >= self.threshold - 1e-12
+        """A value the baseline has and the model cannot produce (every target non-finite or
+        unscored) fails."""
+        if self.model is None:
+            return self.baseline is None
+        return self.model >= self.threshold - 1e-12
 
     @property
     def word(self) -> str:
@@ -163,6 +192,8 @@ class Verdict:
     def message(self) -> str:
         head = (f"{self.label}: {self.metric} {number(self.model)} ({self.reference} {number(self.baseline)}), "
                 f"needs >= {self.threshold:.3f} ({self.rule})")
+        if self.model is None and self.baseline is not None:
+            head += f"; the model has no value where the {self.reference} has one (its targets were non-finite or unscored)"
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
         return head
@@ -300,11 +331,13 @@ def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float
     return sum(losses) / len(losses) if losses else None
 
 
-def parse_overrides(values: Iterable[str], source: str) -> tuple[Override, ...]:
+def parse_overrides(values: Iterable[str], source: str, strict: bool = True) -> tuple[Override, ...]:
+    """``PATTERN:METRIC=VALUE`` lines given at ``source``; ``strict``: see ``Thresholds.check_patterns``."""
     found = []
     for value in values:
         try:
-            found.append(Override.parse(value.strip()))
+            override = Override.parse(value.strip())
         except ValueError as exc:
             raise LongctxError(f"{source}: {exc}") from None
+        found.append(replace(override, source=source, strict=strict))
     return tuple(found)

@@ -52,8 +52,10 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
             backend, _ = load_backend(options.model, options.backend, options.dtype,
                                       worker_device(options.device, env_worker()))
     except LongctxError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return backend
+        failure = str(exc)
+    else:
+        return backend
+    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
 
 
 @pytest.fixture(scope="session")
@@ -78,8 +80,10 @@ def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_prog
     try:
         longctx_run.ensure(["facts", "tool_calls", "rules", "faithfulness"], longctx_backend, longctx_progress)
     except LongctxError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return longctx_run.evaluate()
+        failure = str(exc)
+    else:
+        return longctx_run.evaluate()
+    pytest.fail(failure, pytrace=False)
 
 
 class _TerminalStream:

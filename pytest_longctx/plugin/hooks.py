@@ -67,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not (config.getoption("longctx_model", None) or config.getoption("longctx_compressor", None)):
+        if config.getoption("longctx_knob", None):
+            raise pytest.UsageError("--longctx-knob: knobs set a context compressor's parameters; name the compressor "
+                                    "with --longctx-compressor")
         return
     try:
         options = read_options(config.getoption, config.getini, config.inipath)

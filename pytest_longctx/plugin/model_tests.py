@@ -20,15 +20,25 @@ def _ensure(run: Any, case: Any, backend: Any, progress: Any) -> None:
     try:
         run.ensure([case.unit], backend, progress)
     except LongctxError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        failure = str(exc)
+    else:
+        return
+    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
+
+
+def _recorder(request: Any) -> Any:
+    """``record_property`` without its fixture, which warns under junit_family xunit2 in one
+    process (never under xdist, whose workers have no junit file): the same properties reach
+    the junit XML either way."""
+    return lambda name, value: request.node.user_properties.append((name, value))
 
 
 def test_baseline(longctx_case: Any, longctx_run: Any) -> None:
     pytest.fail(longctx_run.missing_baseline, pytrace=False)
 
 
-def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, record_property: Any) -> None:
-    case = longctx_case
+def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+    case, record_property = longctx_case, _recorder(request)
     _ensure(longctx_run, case, longctx_backend, longctx_progress)
     problems, properties = longctx_run.item_report(case.config, case.length, case.item_id)
     for name, value in properties.items():
@@ -37,12 +47,12 @@ def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx
         pytest.fail(f"{case.key}: " + "; ".join(problems), pytrace=False)
 
 
-def test_cell(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, record_property: Any) -> None:
-    _check(longctx_case, longctx_run, longctx_backend, longctx_progress, record_property)
+def test_cell(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+    _check(longctx_case, longctx_run, longctx_backend, longctx_progress, _recorder(request))
 
 
-def test_row(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, record_property: Any) -> None:
-    _check(longctx_case, longctx_run, longctx_backend, longctx_progress, record_property)
+def test_row(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+    _check(longctx_case, longctx_run, longctx_backend, longctx_progress, _recorder(request))
 
 
 def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from pytest_longctx.gate.comparison import from_gate_run
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.junit import suite_properties
@@ -21,9 +22,12 @@ STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
 def _write(path: str, text: str, append: bool = False) -> None:
+    if not append:
+        write_text_atomically(path, text)
+        return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "a" if append else "w", encoding="utf-8") as handle:
+    with open(target, "a", encoding="utf-8") as handle:
         handle.write(text)
 
 
@@ -55,15 +59,23 @@ def finish(run: GateRun, junit: Any) -> tuple[Evaluation, list[str]]:
     evaluation = run.evaluate()
     notes = []
     options = run.options
+    # the paths were checked before any work (GateRun); a failure now (a full disk, a folder
+    # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
-        write_json(options.out, results_json(run, evaluation))
-        notes.append(f"longctx: results written to {options.out}")
+        try:
+            write_json(options.out, results_json(run, evaluation))
+            notes.append(f"longctx: results written to {options.out}")
+        except OSError as exc:
+            notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
     if options.update_baseline and run.baseline_path is not None:
         if run.failure or not any(True for _ in run.scores.items()):
             notes.append(f"longctx: baseline {run.baseline_path} NOT written: {run.failure or 'nothing was scored'}")
         else:
-            run.baseline_file().save(run.baseline_path)
-            notes.append(f"longctx: wrote baseline {run.baseline_path}; commit it beside the checkpoint")
+            try:
+                run.baseline_file().save(run.baseline_path)
+                notes.append(f"longctx: wrote baseline {run.baseline_path}; commit it beside the checkpoint")
+            except OSError as exc:
+                notes.append(f"longctx: baseline {run.baseline_path} NOT written: {exc.strerror or exc}")
     notes.extend(write_reports(run, evaluation))
     if junit is not None:
         for name, value in suite_properties(run, evaluation):

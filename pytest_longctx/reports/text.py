@@ -43,7 +43,7 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     if failing:
         lines.append("failing cells:")
         lines.extend(f"  {v.key}: {v.message()}" for v in failing)
-    lines.extend(f"longctx: warning: the baseline differs in {w}" for w in run.warnings)
+    lines.extend(f"longctx: warning: {w}" for w in run.warnings)
     lines.extend(notes)
     return lines
 

@@ -13,41 +13,75 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_longctx.backends.base import describe
-from pytest_longctx.paths import cache_dir
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import cache_dir, unwritable
 from pytest_longctx.scoring.engine import Answers, Request
 
 IDENTITY = ("backend", "weights", "config", "dtype", "device", "chunk_size")
 OFF = ("off", "none", "")
+Warn = Callable[[str], None]
+
+
+def print_warning(message: str) -> None:
+    print(f"longctx: warning: {message}", file=sys.stderr, flush=True)
 
 
 class ScoreCache:
     """Answers of past forward passes in an sqlite file, keyed by the backend's identity and the
     request."""
 
-    def __init__(self, path: Path, identity: str):
+    def __init__(self, path: Path, identity: str, warn: Warn = print_warning):
+        """Opens the file and tries a write (rolled back): a cache that cannot be written or is
+        damaged raises ``sqlite3.Error`` here, before any forward pass, not after the scoring."""
         self.path = path
         self.identity = identity
-        self.db = sqlite3.connect(path, timeout=60, isolation_level=None)  # autocommit; xdist workers share it
-        self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.warn = warn
         self.hits = self.misses = 0
+        self.db: sqlite3.Connection | None = _connect(path)
+        try:
+            self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR REPLACE INTO answers VALUES ('', '')")
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            self.db.close()
+            raise
 
     @classmethod
-    def for_backend(cls, backend: Any, folder: str | os.PathLike | None = None) -> ScoreCache | None:
+    def for_backend(cls, backend: Any, folder: str | os.PathLike | None = None, warn: Warn = print_warning) -> ScoreCache | None:
         """The cache for this backend in ``folder`` (default: the user cache); None when the
-        backend has no weight fingerprint or ``folder`` is 'off'."""
+        backend has no weight fingerprint or ``folder`` is 'off', and, with one ``warn``ing, when
+        the cache cannot be made, written or read: the run goes on without it."""
         if folder is not None and str(folder).lower() in OFF:
             return None
         info = describe(backend)
         if not info.get("weights"):
             return None
         identity = json.dumps({k: info.get(k) for k in IDENTITY}, sort_keys=True)
-        where = Path(folder) if folder is not None else cache_dir("scores")
-        where.mkdir(parents=True, exist_ok=True)
-        return cls(where / "answers.sqlite", identity)
+        try:
+            where = Path(folder) if folder is not None else cache_dir("scores")
+            where.mkdir(parents=True, exist_ok=True)
+        except (OSError, LongctxError) as exc:  # LongctxError: the user cache (cache_dir) cannot be made
+            reason = unwritable(folder, folder=True) if folder is not None else None
+            why = f"score cache folder {folder}: cannot be made ({reason or getattr(exc, 'strerror', exc)})" if folder else str(exc)
+            warn(f"{why}; scoring without a cache (--cache-dir / --longctx-cache-dir: another folder, or 'off')")
+            return None
+        try:
+            return cls(where / "answers.sqlite", identity, warn)
+        except sqlite3.Error as exc:
+            warn(_unusable(where / "answers.sqlite", exc))
+            return None
+
+    def _broken(self, exc: sqlite3.Error) -> None:
+        """A failure mid-run (the disk filled, another process damaged the file): one warning,
+        then no cache for the rest of the run; what was scored is kept."""
+        self.warn(_unusable(self.path, exc))
+        self.db = None
 
     def key(self, request: Request) -> str:
         digest = hashlib.sha256(self.identity.encode())
@@ -56,7 +90,13 @@ class ScoreCache:
         return digest.hexdigest()
 
     def get(self, request: Request) -> Answers | None:
-        row = self.db.execute("SELECT value FROM answers WHERE key = ?", (self.key(request),)).fetchone()
+        if self.db is None:
+            return None
+        try:
+            row = self.db.execute("SELECT value FROM answers WHERE key = ?", (self.key(request),)).fetchone()
+        except sqlite3.Error as exc:
+            self._broken(exc)
+            return None
         if row is None:
             self.misses += 1
             return None
@@ -65,6 +105,28 @@ class ScoreCache:
                 for i, (top1, lps) in json.loads(row[0]).items()}
 
     def put(self, request: Request, answers: Answers) -> None:
+        if self.db is None:
+            return
         value = json.dumps({i: (top1, {t: (lp if lp == lp and abs(lp) != float("inf") else None) for t, lp in lps.items()})
                             for i, (top1, lps) in answers.items()})
-        self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (self.key(request), value))
+        try:
+            self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (self.key(request), value))
+        except sqlite3.Error as exc:
+            self._broken(exc)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Read-only when the file is (SQLite falls back to that by itself; asked for here, the
+    write tried in ``ScoreCache`` says so at once)."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=60, isolation_level=None)
+    return sqlite3.connect(path, timeout=60, isolation_level=None)  # autocommit; xdist workers share it
+
+
+def _unusable(path: Path, exc: sqlite3.Error) -> str:
+    """The warning for a cache file that cannot be used: damaged, or not writable."""
+    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        return (f"score cache {path}: damaged ({exc}); scoring without a cache; deleting the file is safe "
+                "(it holds only answers of past forward passes, computed again when missing)")
+    return (f"score cache {path}: cannot be written ({exc}); scoring without a cache "
+            "(--cache-dir / --longctx-cache-dir: another folder, or 'off')")

@@ -123,18 +123,38 @@ class _Tracker:
             self.progress.advance(items=finished)
 
 
+def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]]) -> Answers:
+    """A backend's ``ReadResult`` as answers, checked: anything else is one line naming the
+    backend and what it returned, not a traceback in the engine."""
+    name = f"backend {type(backend).__name__}: {method}()"
+    expected = ("expected ReadResult(top1, logprobs): per position asked, the top-1 token id and the log-probabilities "
+                "of the tokens asked for (pytest_longctx.backends.base)")
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise LongctxError(f"{name} returned {type(result).__name__}; {expected}")
+    top1, logprobs = result
+    try:
+        if len(top1) != len(indices) or len(logprobs) != len(indices):
+            raise LongctxError(f"{name} returned {len(top1)} top-1 ids and {len(logprobs)} log-probability lists "
+                               f"for {len(indices)} positions; {expected}")
+        answers: Answers = {}
+        for i, t, toks, lps in zip(indices, top1, tokens, logprobs):
+            values = [float(v) for v in lps]
+            if len(values) != len(toks):
+                raise LongctxError(f"{name} returned {len(values)} log-probabilities at a position where {len(toks)} "
+                                   f"tokens were asked for; {expected}")
+            answers[i] = (int(t), dict(zip(toks, values)))
+    except (TypeError, ValueError) as exc:
+        raise LongctxError(f"{name} returned {type(result).__name__} holding values of the wrong type ({exc}); {expected}") from None
+    return answers
+
+
 def _read_each(backend: Any, requests: list[Request], tracker: _Tracker) -> list[Answers]:
     tracker.start(sum(len(r.ids) for r in requests))
     answers = []
     for number, request in enumerate(requests):
         indices = sorted(request.reads)
         tokens = [sorted(request.reads[i]) for i in indices]
-        result = backend.read(request.ids, indices, tokens)
-        if len(result.top1) != len(indices) or len(result.logprobs) != len(indices):
-            raise LongctxError(f"backend {type(backend).__name__}: read() returned {len(result.top1)} results for {len(indices)} positions")
-        answers.append(
-            {i: (int(t), dict(zip(toks, map(float, lps)))) for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs)}
-        )
+        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens), indices, tokens))
         tracker.tokens(len(request.ids))
         tracker.answered(number)
     return answers
@@ -153,8 +173,7 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
             result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens)
-            for i, t, toks, lps in zip(indices, result.top1, tokens, result.logprobs):
-                node.results[i] = (int(t), dict(zip(toks, map(float, lps))))
+            node.results.update(_answers(backend, "session().advance", result, indices, tokens))
             tracker.tokens(node.tokens)
         for number in node.ends:
             tracker.answered(number)

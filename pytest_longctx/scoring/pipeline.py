@@ -20,7 +20,7 @@ from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
-from pytest_longctx.scoring.reads import choose_mode, plan_reads
+from pytest_longctx.scoring.reads import ItemReads, choose_mode, plan_reads
 from pytest_longctx.scoring.records import target_records
 from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
 
@@ -76,10 +76,13 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
 
 def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
                 progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
-                cache: Any = None) -> ScoresFile:
+                cache: Any = None, beyond_context: bool = False) -> ScoresFile:
     """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
-    the run's ``meta``: backend, weights, tokenizer and data fingerprints."""
+    the run's ``meta``: backend, weights, tokenizer and data fingerprints. An item longer
+    than the backend's ``context_window`` is refused unless ``beyond_context``."""
     plans = plan_reads(dataset, mode, tokenizer)
+    if not beyond_context:
+        check_context_window(backend, plans)
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
     meta = {
         **describe(backend),
@@ -102,6 +105,19 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
     return scores
 
 
+def check_context_window(backend: Any, plans: list[ItemReads]) -> None:
+    """One line when the longest text runs past the model's context window: its scores
+    there would measure the model outside what it was trained for."""
+    window = getattr(backend, "context_window", None)
+    longest = max(plans, key=lambda plan: plan.tokens_needed, default=None)
+    if window and longest is not None and longest.tokens_needed > window:
+        raise LongctxError(
+            f"{longest.config} {longest.length}: item {longest.item.id} is read over {longest.tokens_needed} tokens, "
+            f"beyond the model's context window of {window} (max_position_embeddings); choose shorter lengths, or "
+            "allow it with --longctx-allow-beyond-context (longctx score: --allow-beyond-context)"
+        )
+
+
 def needed_fingerprints(dataset: Dataset, configs: Any = None) -> dict[tuple[str, str, str], str]:
     """(config, length, item id) -> item fingerprint, for the items a reference must cover."""
     return {(c, n, item.id): item_fingerprint(item) for c, n, item in dataset.items() if configs is None or c in configs}
@@ -116,6 +132,7 @@ def score_sets(
     reference: ScoresFile | None = None,
     progress: bool | Callable[[int, int], Progress] = True,
     cache: Any = None,
+    beyond_context: bool = False,
 ) -> Results:
     """Score ``backend`` (anything with ``read(ids, positions, tokens)``) on ``data``.
 
@@ -123,13 +140,22 @@ def score_sets(
     ``reference`` is the scores file of the model a candidate was derived from: the
     rules configs measure effects relative to it (without one, the model is its own).
     ``cache`` (a ``ScoreCache``) answers forward passes already run with these weights.
+    ``beyond_context``: score texts longer than the backend's ``context_window`` too.
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
-    mode = choose_mode(mode, tokenizer, dataset)
+    fallback: list[str] = []  # auto mode fell back to text: why, in the meta and on the terminal
+    mode = choose_mode(mode, tokenizer, dataset, fallback)
     if reference is not None:  # refused before the forward passes, not after
         rules_configs = [c for c in dataset.configs if config_kind(c) == "rules"]
-        check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
-    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache)
+        try:
+            check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
+        except LongctxError as exc:
+            if not fallback or reference.mode == mode:
+                raise
+            raise LongctxError(f"{exc}. {fallback[0]}") from None
+    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache, beyond_context=beyond_context)
+    if fallback:
+        scores.meta["mode_fallback"] = fallback[0]
     warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
     sets = compute_sets(dataset, scores, reference)
     rows, row_sources = headline_rows(sets)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -49,6 +49,11 @@ class ItemReads:
     item: Item
     sequences: tuple[np.ndarray, ...]  # token ids, one array per text the item needs
     targets: tuple[TargetReads, ...]
+
+    @property
+    def tokens_needed(self) -> int:
+        """The longest prefix a forward pass runs over (a read at ``pos`` needs ``pos`` tokens)."""
+        return max((read.pos for target in self.targets for read in target.reads), default=0)
 
 
 def item_texts(item: Item) -> tuple[str, ...]:
@@ -185,79 +190,210 @@ def _missing(item: Item, field: str) -> LongctxError:
     return LongctxError(f"item {item.id}: no stored {field}; the ids mode needs the qwen_* fields (use --mode text)")
 
 
-def _ids_reads(config: str, length: str, item: Item) -> ItemReads:
+ALONE = "is the first answer token alone, whose end is found with the model's tokenizer, and the backend has none: store [first, end)"
+
+
+def _answer_tokens(position: tuple[int, int] | int, answer_char: tuple[int, int], tokens: TextTokens | None) -> tuple[int, int] | None:
+    """A facts target's stored answer tokens ``[first, end)``; stored as the first alone, the
+    end is the token that covers the answer's last character (None: no tokenizer to find it)."""
+    if not isinstance(position, int):
+        return position
+    return None if tokens is None else (position, tokens.last_token_before(answer_char[1]) + 1)
+
+
+def _ids_reads(config: str, length: str, item: Item, tokenizer: Any = None) -> ItemReads:
+    """The stored sequences and positions as they are (``choose_mode`` checked them)."""
     sequences = item_stored_ids(item)
     if any(s is None for s in sequences):
         raise _missing(item, "qwen_ids")
+
+    def at(seq: int, pos: int) -> int:
+        if not 0 < pos < len(sequences[seq]):
+            raise LongctxError(f"item {item.id}: stored token position {pos} is outside its {len(sequences[seq])} ids")
+        return pos
+
     targets: list[TargetReads] = []
     if isinstance(item, FactItem):
         (ids,) = sequences
-        for t in item.targets:
+        tokens = TextTokens.encode(tokenizer, item.text) if tokenizer is not None and any(
+            isinstance(t.qwen_answer_pos, int) for t in item.targets) else None
+        for n, t in enumerate(item.targets):
             if t.qwen_answer_pos is None:
                 raise _missing(item, "qwen_answer_pos")
-            first, end = t.qwen_answer_pos
-            targets.append(TargetReads(tuple(Read(0, p, int(ids[p])) for p in range(first, end))))
+            answer = _answer_tokens(t.qwen_answer_pos, t.answer_char, tokens)
+            if answer is None:
+                raise LongctxError(f"item {item.id}: targets[{n}].qwen_answer_pos {ALONE}")
+            first, end = answer
+            targets.append(TargetReads(tuple(Read(0, at(0, p), int(ids[p])) for p in range(first, end))))
     elif isinstance(item, ToolItem):
         (ids,) = sequences
         for t in item.targets:
             if t.qwen_pos is None:
                 raise _missing(item, "qwen_pos")
-            targets.append(TargetReads((Read(0, t.qwen_pos, int(ids[t.qwen_pos])),)))
+            targets.append(TargetReads((Read(0, at(0, t.qwen_pos), int(ids[t.qwen_pos])),)))
     else:
         for t in item.targets:
             if None in (t.qwen_pos_without_rule, t.qwen_pos_with_rule, t.qwen_expected_id):
                 raise _missing(item, "qwen_pos_without_rule/qwen_pos_with_rule/qwen_expected_id")
-            targets.append(
-                TargetReads((Read(0, t.qwen_pos_without_rule, t.qwen_expected_id), Read(1, t.qwen_pos_with_rule, t.qwen_expected_id)))
-            )
-    for target in targets:
-        for read in target.reads:
-            if not 0 < read.pos < len(sequences[read.seq]):
-                raise LongctxError(
-                    f"item {item.id}: stored token position {read.pos} is outside its {len(sequences[read.seq])} ids"
-                )
+            targets.append(TargetReads((Read(0, at(0, t.qwen_pos_without_rule), t.qwen_expected_id),
+                                        Read(1, at(1, t.qwen_pos_with_rule), t.qwen_expected_id))))
     return ItemReads(config, length, item, tuple(np.asarray(s, dtype=np.int64) for s in sequences), tuple(targets))
 
 
-# ---------------------------------------------------------------- mode choice
+# ---------------------------------------------------------------- ids mode: checking every item
+
+
+def _ids_fields(item: Item) -> tuple[str, ...]:
+    return ("qwen_ids_without_rule", "qwen_ids_with_rule") if isinstance(item, RuleItem) else ("qwen_ids",)
+
+
+def _run(tokens: TextTokens, char: int) -> range:
+    """The tokens that make up the run covering character ``char`` of the text: one token, or
+    the byte pieces of a character split over several."""
+    index = bisect.bisect_right(tokens.starts, char) - 1
+    if index < 0:
+        return range(0)
+    end = tokens.token_of_start[tokens.starts[index + 1]] if index + 1 < len(tokens.starts) else len(tokens.ids)
+    return range(tokens.token_of_start[tokens.starts[index]], end)
+
+
+def _position_problem(field: str, pos: int, size: int, tokens: TextTokens | None, char: int, what: str) -> str | None:
+    """Stored token position ``pos`` of a target whose ``what`` starts at character ``char``."""
+    if not 0 < pos < size:
+        return f"field {field}: {pos} is outside its {size} ids (1 to {size - 1}: token 0 has nothing before it)"
+    if tokens is not None and pos not in _run(tokens, char):
+        covering = _run(tokens, char)
+        return f"field {field}: {pos} is not the token of {what} (character {char} is in token {covering.start})"
+    return None
+
+
+def _target_problem(tokenizer: Any, item: Item, n: int, target: Any, encoded: list[TextTokens | None],
+                    sizes: list[int]) -> str | None:
+    f = f"targets[{n}]"
+    if isinstance(item, FactItem):
+        if target.qwen_answer_pos is None:
+            return f"field {f}.qwen_answer_pos: missing"
+        answer = _answer_tokens(target.qwen_answer_pos, target.answer_char, encoded[0])
+        if answer is None:
+            return f"field {f}.qwen_answer_pos: {target.qwen_answer_pos} {ALONE}"
+        first, end = answer
+        if not 0 < first < end <= sizes[0]:
+            return f"field {f}.qwen_answer_pos: [{first}, {end}) is not inside its {sizes[0]} ids"
+        return (_position_problem(f"{f}.qwen_answer_pos", first, sizes[0], encoded[0], target.answer_char[0], "the answer")
+                or _position_problem(f"{f}.qwen_answer_pos", end - 1, sizes[0], encoded[0], target.answer_char[1] - 1,
+                                     "the answer's end"))
+    if isinstance(item, ToolItem):
+        if target.qwen_pos is None:
+            return f"field {f}.qwen_pos: missing"
+        return _position_problem(f"{f}.qwen_pos", target.qwen_pos, sizes[0], encoded[0], target.char[0], "the target")
+    for seq, (field, char) in enumerate((("qwen_pos_without_rule", target.char_without_rule[0]),
+                                        ("qwen_pos_with_rule", target.char_with_rule[0]))):
+        pos = getattr(target, field)
+        if pos is None:
+            return f"field {f}.{field}: missing"
+        problem = _position_problem(f"{f}.{field}", pos, sizes[seq], encoded[seq], char, "the governed action")
+        if problem:
+            return problem
+    expected = target.qwen_expected_id
+    if expected is None:
+        return f"field {f}.qwen_expected_id: missing"
+    if expected < 0 or (tokenizer is not None and expected != _first_token_cached(tokenizer, target.expected_text)):
+        return f"field {f}.qwen_expected_id: {expected} is not the first token of expected_text {target.expected_text!r}"
+    return None
+
+
+def stored_ids_problem(tokenizer: Any, item: Item) -> str | None:
+    """What keeps the ids mode from scoring the item as stored, as 'field X: problem', or None.
+
+    With a tokenizer every stored sequence must be the tokenization of its text and every
+    stored position must point at its target's characters; without one, the stored fields
+    must be usable: present, no negative ids, positions inside their ids."""
+    encoded: list[TextTokens | None] = []
+    sizes = []
+    for field, text, stored in zip(_ids_fields(item), item_texts(item), item_stored_ids(item)):
+        if stored is None:
+            return f"field {field}: missing"
+        stored = np.asarray(stored, dtype=np.int64)
+        sizes.append(len(stored))
+        if tokenizer is None:
+            if len(stored) and int(stored.min()) < 0:
+                return f"field {field}: holds a negative token id ({int(stored.min())})"
+            encoded.append(None)
+            continue
+        tokens = TextTokens.encode(tokenizer, text)
+        if len(tokens.ids) != len(stored) or not np.array_equal(tokens.ids, stored):
+            size = min(len(stored), len(tokens.ids))
+            differ = np.nonzero(stored[:size] != tokens.ids[:size])[0]
+            at = int(differ[0]) if len(differ) else size
+            return (f"field {field}: the stored ids differ from the tokenizer's tokenization of the text from token {at} "
+                    f"({len(stored)} ids stored, the text gives {len(tokens.ids)})")
+        encoded.append(tokens)
+    for n, target in enumerate(item.targets):
+        problem = _target_problem(tokenizer, item, n, target, encoded, sizes)
+        if problem:
+            return problem
+    return None
 
 
 def reproduces_stored_ids(tokenizer: Any, dataset: Dataset) -> bool:
-    """True when the tokenizer gives the stored Qwen3.5 ids for the first item of every
-    config and length (all its texts, exactly): then it has the Qwen3.5 vocabulary."""
+    """True when the tokenizer gives the stored Qwen3.5 ids of the first item of some config
+    and length: then it has the Qwen3.5 vocabulary, and the ids mode applies (if every item
+    checks out)."""
     if tokenizer is None:
         return False
-    checked: set[tuple[str, str]] = set()
+    firsts = {}
     for config, length, item in dataset.items():
-        if (config, length) in checked or isinstance(item, FaithfulnessItem):  # chat sessions, no stored ids
+        if not isinstance(item, FaithfulnessItem):  # chat sessions, no stored ids
+            firsts.setdefault((config, length), item)
+    for item in firsts.values():
+        stored = item_stored_ids(item)
+        if all(s is not None for s in stored) and all(
+            np.array_equal(np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"]), ids)
+            for text, ids in zip(item_texts(item), stored)
+        ):
+            return True
+    return False
+
+
+def _problems(tokenizer: Any, dataset: Dataset) -> Iterator[str]:
+    """Every item the ids mode cannot score as it is, as 'FILE, item ID, field X: problem'."""
+    for config, length, item in dataset.items():
+        if isinstance(item, FaithfulnessItem):
             continue
-        checked.add((config, length))
-        for text, stored in zip(item_texts(item), item_stored_ids(item)):
-            if stored is None:
-                return False
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(ids) != len(stored) or not np.array_equal(np.asarray(ids), stored):
-                return False
-    return bool(checked)
+        problem = stored_ids_problem(tokenizer, item)
+        if problem:
+            yield f"{dataset.files.get((config, length), f'{config}/{length}')}, item {item.id}, {problem}"
 
 
-def choose_mode(requested: str, tokenizer: Any, dataset: Dataset) -> str:
+def choose_mode(requested: str, tokenizer: Any, dataset: Dataset, warnings: list[str] | None = None) -> str:
+    """The mode the run uses. ``ids`` needs every item's stored fields to check out (the
+    texts tokenize to the stored ids, positions point at the targets): with ``--mode ids``
+    the first item that does not is an error; with ``auto`` the run falls back to ``text``
+    and says so in ``warnings``. ``auto`` with a tokenizer that reproduces none of the
+    stored ids (another vocabulary) is ``text`` without a word: that is what it is for."""
     if requested not in MODES:
         raise LongctxError(f"--mode {requested}: expected one of {', '.join(MODES)}")
     if requested == "text":
         if tokenizer is None:
             raise LongctxError("--mode text needs a tokenizer, and the backend has none; use --mode ids")
         return "text"
-    stored = reproduces_stored_ids(tokenizer, dataset)
-    if requested == "ids":
-        if tokenizer is not None and not stored:
-            raise LongctxError(
-                "--mode ids: the model's tokenizer does not reproduce the stored Qwen3.5 ids; use --mode text (or auto)"
-            )
+    if requested == "auto" and tokenizer is not None and not reproduces_stored_ids(tokenizer, dataset):
+        return "text"
+    problems = _problems(tokenizer, dataset)
+    first = next(problems, None)
+    if first is None:
         return "ids"
-    if tokenizer is None:
-        return "ids"
-    return "ids" if stored else "text"
+    if requested == "ids" or tokenizer is None:
+        fix = ("use --mode text (or auto)" if tokenizer is not None else
+               "this backend has no tokenizer, so the text mode cannot replace them: fix the data (longctx validate DIR)")
+        raise LongctxError(f"--mode {requested}: {first}; the ids mode feeds the stored Qwen3.5 ids as they are: {fix}")
+    more = sum(1 for _ in problems)
+    others = f" (and {more} more item{'s' if more > 1 else ''})" if more else ""
+    message = (f"--mode auto: scoring in text mode with the model's own tokenizer, not the stored Qwen3.5 ids: {first}{others}; "
+               "check the data with longctx validate DIR, or pass --mode text to silence this")
+    if warnings is not None:
+        warnings.append(message)
+    return "text"
 
 
 def plan_reads(dataset: Dataset, mode: str, tokenizer: Any = None) -> list[ItemReads]:
@@ -268,7 +404,7 @@ def plan_reads(dataset: Dataset, mode: str, tokenizer: Any = None) -> list[ItemR
         if isinstance(item, FaithfulnessItem):
             plans.append(session_reads(tokenizer, config, length, item, [item.messages]))
         elif mode == "ids":
-            plans.append(_ids_reads(config, length, item))
+            plans.append(_ids_reads(config, length, item, tokenizer))
         else:
             plans.append(_text_reads(tokenizer, config, length, item))
     return plans

@@ -22,6 +22,7 @@ from pytest_longctx.data.builtin.faithfulness import SPLIT, build_faithfulness
 from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS
 from pytest_longctx.data.builtin.text import source_files
 from pytest_longctx.data.builtin.write import write_split
+from pytest_longctx.data.lengths import check_buildable
 from pytest_longctx.data.records import FAITHFULNESS
 from pytest_longctx.paths import cache_dir
 
@@ -75,9 +76,12 @@ def _build_once(root: Path, part: str, make: Callable[[Path], None], announce: s
 def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
     """The builtin benchmark folder, with the faithfulness config (seconds to build, not
     split by length) and at least ``lengths`` (None: 2k, 8k, 32k) built."""
+    wanted = list(DEFAULT_LENGTHS if lengths is None else lengths)
+    for length in wanted:  # before anything is built or announced
+        check_buildable(length)
     root = cache_dir("builtin", fingerprint())
     _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)))
-    for length in DEFAULT_LENGTHS if lengths is None else lengths:
+    for length in wanted:
         _build_once(root, length, lambda folder, length=length: build(folder, [length], DEFAULT_SEED),
                     f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)")
     return root

@@ -1,0 +1,127 @@
+"""Bad options and silent cases: each is one clear line and an exit status, never a check
+that quietly does nothing (issue: hardening)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pytest_longctx.cli import main
+
+
+@pytest.fixture(scope="module")
+def folders(qwen_model, qwen_tokenizer, tmp_path_factory):
+    """The reference model and a copy with one NaN weight, saved as folders."""
+    import copy
+
+    import torch
+
+    broken = copy.deepcopy(qwen_model)
+    with torch.no_grad():
+        broken.model.norm.weight[0] = float("nan")  # every position's hidden state, so every log-probability
+    found = {}
+    for name, model in (("reference", qwen_model), ("nan", broken)):
+        folder = tmp_path_factory.mktemp(name)
+        model.save_pretrained(folder)
+        qwen_tokenizer.save_pretrained(folder)
+        found[name] = str(folder)
+    return found
+
+
+def pytest_run(cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def baseline(folders, data_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("baselines") / "reference.json.gz"
+    made = pytest_run(tmp_path_factory.mktemp("update"), f"--longctx-model={folders['reference']}",
+                      f"--longctx-data={data_dir}", "--longctx-lengths=2k", "--longctx-sets=facts,tool_calls",
+                      f"--longctx-baseline={path}", "--longctx-update-baseline")
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    return path
+
+
+def test_a_nan_model_fails_its_rows_even_when_only_the_row_tests_run(folders, baseline, data_dir, tmp_path):
+    done = pytest_run(tmp_path, "--longctx-only", f"--longctx-model={folders['nan']}", f"--longctx-data={data_dir}",
+                      "--longctx-lengths=2k", "--longctx-sets=facts,tool_calls", f"--longctx-baseline={baseline}",
+                      "-k", "test_row")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "2 failed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1]
+    assert "the model has no value where the baseline has one" in done.stdout
+
+
+def test_a_text_beyond_the_context_window_is_refused_unless_allowed(qwen_model, qwen_tokenizer, data_dir, tmp_path, capsys):
+    import copy
+
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.scoring.reads import plan_reads
+
+    needed = max(p.tokens_needed for p in plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=1), "ids"))
+    short = copy.deepcopy(qwen_model)
+    short.config.max_position_embeddings = needed - 1
+    folder = tmp_path / "short"
+    short.save_pretrained(folder)
+    qwen_tokenizer.save_pretrained(folder)
+    args = ["score", "--model", str(folder), "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--limit", "1",
+            "--quiet", "--cache-dir", "off"]
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"is read over {needed} tokens, beyond the model's context window of {needed - 1}" in line
+    assert "--allow-beyond-context" in line
+    assert main([*args, "--allow-beyond-context"]) == 0
+
+
+def test_rope_scaling_extends_the_window(qwen_model):
+    import copy
+
+    from pytest_longctx.backends.hf import TransformersBackend
+
+    scaled = copy.deepcopy(qwen_model)
+    assert TransformersBackend(scaled).context_window == scaled.config.max_position_embeddings
+    scaled.config.rope_parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    assert TransformersBackend(scaled).context_window is None
+
+
+def test_a_threshold_pattern_that_names_no_check_is_an_error(folders, baseline, data_dir, tmp_path):
+    done = pytest_run(tmp_path, "--longctx-only", f"--longctx-model={folders['reference']}", f"--longctx-data={data_dir}",
+                      "--longctx-lengths=2k", "--longctx-sets=facts", f"--longctx-baseline={baseline}",
+                      "--longctx-threshold=facts-64k:drop=0.1")
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if "facts-64k" in x)
+    assert "matches no check of this run" in line and "facts-2k" in line
+
+
+def test_a_threshold_pattern_from_the_ini_file_that_names_no_check_is_a_warning(folders, baseline, data_dir, tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nlongctx_threshold =\n    rules_en-*:follow=0.5\n")
+    done = pytest_run(tmp_path, "--longctx-only", f"--longctx-model={folders['reference']}", f"--longctx-data={data_dir}",
+                      "--longctx-lengths=2k", "--longctx-sets=facts", f"--longctx-baseline={baseline}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "longctx: warning: ini option longctx_threshold" in done.stdout and "matches no check" in done.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--longctx-knob=ratio=0.5"], "--longctx-knob: knobs set a context compressor's parameters"),
+    (["--longctx-compressor=last_tokens", "--longctx-knob=tokens=abc"],
+     "--longctx-knob 'tokens=abc': 'abc' is not a Python literal"),
+    (["--longctx-compressor=last_tokens", "--longctx-knob=tokens=-5"],
+     "compressor last_tokens: knob tokens=-5 is out of range: it must be at least 0"),
+    (["--longctx-compressor=message_relevance", "--longctx-knob=ratio='half'"],
+     "compressor message_relevance: knob ratio='half' is not a number"),
+    (["--longctx-compressor=identity", "--longctx-lengths=,"], "--longctx-lengths ',' (on the command line): expected a comma"),
+])
+def test_bad_compressor_options_are_one_usage_error(args, expected, tmp_path):
+    done = pytest_run(tmp_path, "--longctx-only", *args)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert expected in done.stderr
+
+
+def test_an_empty_list_option_is_an_error_not_all(data_dir, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["score", "--model", "x", "--data", str(data_dir), "--lengths", ","])
+    assert exited.value.code == 2
+    assert "--lengths: expected a comma-separated list, e.g. 2k,8k" in capsys.readouterr().err
+    assert main(["build", "--out", "unused", "--lengths", ","]) == 2
+    assert capsys.readouterr().err.strip() == "longctx: error: --lengths ,: expected a comma-separated list, e.g. 2k,8k"
