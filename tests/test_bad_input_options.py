@@ -100,6 +100,7 @@ def test_a_threshold_pattern_from_the_ini_file_that_names_no_check_is_a_warning(
                       "--longctx-lengths=2k", "--longctx-sets=facts", f"--longctx-baseline={baseline}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "longctx: warning: ini option longctx_threshold" in done.stdout and "matches no check" in done.stdout
+    assert "PytestUnknownMarkWarning" not in done.stdout  # xdist_group is registered without pytest-xdist too
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -175,7 +175,7 @@ def test_the_html_report_is_one_self_contained_file(pair, capsys, tmp_path):
 def test_without_matplotlib_the_html_report_keeps_its_tables(pair, monkeypatch):
     from pytest_longctx.gate.comparison import compare_files
     from pytest_longctx.gate.results import read_results
-    from pytest_longctx.gate.verdicts import Thresholds
+    from pytest_longctx.gate.thresholds import Thresholds
     from pytest_longctx.reports import plots
     from pytest_longctx.reports.html import html_report
     from pytest_longctx.scoring.scores_file import load_scores

@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
-from pytest_longctx.gate.verdicts import Thresholds, parse_overrides
+from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.parse import finite_nonnegative
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report

@@ -10,7 +10,8 @@ from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.results import ResultsFile, find_data
-from pytest_longctx.gate.verdicts import Evaluation, Sets, Thresholds, Verdict, evaluate, verdict_word
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
 from pytest_longctx.scoring.pipeline import compute_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 

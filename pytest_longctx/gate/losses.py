@@ -13,7 +13,8 @@ from typing import Union
 
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, config_kind
-from pytest_longctx.gate.verdicts import Thresholds, item_drop, item_key, item_metric, rule_effect_loss, verdict_word
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import item_drop, item_key, item_metric, rule_effect_loss, verdict_word
 from pytest_longctx.metrics.raw import Record, is_scored, mean
 from pytest_longctx.metrics.rules import FOLLOW_SHARE
 from pytest_longctx.scoring.scores_file import ScoresFile

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.verdicts import Override, Thresholds, parse_overrides
+from pytest_longctx.gate.thresholds import Override, Thresholds, parse_overrides
 from pytest_longctx.parse import at_least_one, comma_list, finite_nonnegative
 
 

@@ -76,7 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
     except LongctxError as exc:
         raise pytest.UsageError(str(exc)) from None
-    # pytest-xdist: keep each unit's tests (and so its scoring) on one worker.
+    # pytest-xdist: keep each unit's tests (and so its scoring) on one worker; the mark is
+    # registered here too, so a run without pytest-xdist installed does not warn about it.
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one pytest-xdist worker")
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
 
