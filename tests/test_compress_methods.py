@@ -132,3 +132,15 @@ def test_a_bad_compressor_spec_is_one_clear_error(spec, knobs, expected):
     with pytest.raises(LongctxError) as error:
         resolve(spec, knobs)
     assert expected in str(error.value)
+
+
+def test_savings_count_each_splits_own_session_when_ids_repeat(sessions, reader):
+    """Ids are unique within a split only: an item of another split with the same id is counted anew."""
+    import dataclasses
+
+    first, other = sessions[0], sessions[1]
+    twin = dataclasses.replace(other, id=first.id)  # another split's item that happens to share the id
+    identity = resolve("identity", {})
+    a, b = compress_one(identity, "train", first, reader), compress_one(identity, "test", twin, reader)
+    assert a.outcome["tokens_full"] == a.outcome["tokens_compressed"]
+    assert b.outcome["tokens_full"] == b.outcome["tokens_compressed"] != a.outcome["tokens_full"]

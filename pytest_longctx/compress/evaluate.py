@@ -28,7 +28,7 @@ class Reader:
     tokenizer: Any
     tokenizer_name: str
     backend: Any = None
-    token_counts: dict[str, int] = field(default_factory=dict)  # item id -> tokens of its full session
+    token_counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (split, item id) -> tokens of its full session
     scorer: SelfInformation | None = None
 
     @classmethod
@@ -48,10 +48,12 @@ class Reader:
                                "give the model (--longctx-model, or --model for compress-bench)")
         return {"tokenizer": self.tokenizer, "scorer": self.scorer}
 
-    def full_tokens(self, item: FaithfulnessItem) -> int:
-        if item.id not in self.token_counts:
-            self.token_counts[item.id] = count_tokens(self.tokenizer, item.messages, item.id)
-        return self.token_counts[item.id]
+    def full_tokens(self, split: str, item: FaithfulnessItem) -> int:
+        """Tokens of the item's full session, counted once per item (ids are unique within a split only)."""
+        key = (split, item.id)
+        if key not in self.token_counts:
+            self.token_counts[key] = count_tokens(self.tokenizer, item.messages, item.id)
+        return self.token_counts[key]
 
 
 @dataclass
@@ -79,7 +81,7 @@ def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, rea
     messages: tuple[Message, ...] | None = None
     try:
         messages = compressor(item, services)
-        outcome["tokens_full"] = reader.full_tokens(item)
+        outcome["tokens_full"] = reader.full_tokens(split, item)
         outcome["tokens_compressed"] = count_tokens(reader.tokenizer, messages, item.id)
         outcome["retained"] = retained_facts(item, messages)
     except LongctxError as exc:  # CompressorError, or a chat template that cannot render the messages
