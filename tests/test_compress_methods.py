@@ -144,3 +144,28 @@ def test_savings_count_each_splits_own_session_when_ids_repeat(sessions, reader)
     a, b = compress_one(identity, "train", first, reader), compress_one(identity, "test", twin, reader)
     assert a.outcome["tokens_full"] == a.outcome["tokens_compressed"]
     assert b.outcome["tokens_full"] == b.outcome["tokens_compressed"] != a.outcome["tokens_full"]
+
+
+def broken(messages, probe):
+    raise ImportError("needs the model file model.bin")
+
+
+def test_a_compressor_that_cannot_start_stops_the_run_with_one_line(sessions, reader, tmp_path, capsys):
+    from pytest_longctx.cli import main
+    from pytest_longctx.compress.evaluate import START_SESSIONS, compress_all
+
+    with pytest.raises(LongctxError) as stopped:
+        compress_all(resolve(f"{__name__}:broken", {}), [("train", item) for item in sessions], reader)
+    assert str(stopped.value) == (f"compressor {__name__}:broken could not start: compressor {__name__}:broken raised "
+                                  f"ImportError: needs the model file model.bin (the same on each of the first "
+                                  f"{START_SESSIONS} sessions; none was measured)")
+    # a compressor that fails some sessions only goes on: its failures are the items'
+    done = compress_all(resolve(f"{__name__}:boom", {}), [("train", item) for item in sessions], reader)
+    assert len(done) == len(sessions) and any(c.outcome["error"] for c in done)
+    # through compress-bench: exit 2 and the one line, not a failure per session
+    data = tmp_path / "faithfulness"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in build_faithfulness(seed=0, limit=6)))
+    code = main(["compress-bench", "--data", str(tmp_path), "--methods", f"{__name__}:broken", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("could not start") == 1 and "ImportError" in err

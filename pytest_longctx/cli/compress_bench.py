@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.cli.args import add_reader_arguments, names
-from pytest_longctx.compress.evaluate import Compressed, Reader, compress_one, read_answers
+from pytest_longctx.compress.evaluate import Compressed, Reader, compress_all, read_answers
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, row_values
 from pytest_longctx.compress.sweep import DEFAULT_SWEEPS, Point, full_context_line, knob_grid, matched_table, pareto_table, parse_sweep
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     runs: list[tuple[Any, list[Compressed]]] = []
     for compressor in compressors:
         started = time.perf_counter()
-        done = [compress_one(compressor, split, item, reader) for split, item in pairs]
+        done = compress_all(compressor, pairs, reader)
         errors = sum(c.outcome["error"] is not None for c in done)
         note(f"{compressor.label}: {len(done)} sessions in {time.perf_counter() - started:.1f}s"
              + (f", {errors} failed (first: {next(c.outcome['error'] for c in done if c.outcome['error'])})" if errors else ""))

@@ -89,6 +89,25 @@ def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, rea
     return Compressed(split, item, messages, outcome)
 
 
+# a compressor that fails the same way on each of the first sessions could not start: the
+# run stops with that one line instead of failing every session with it
+START_SESSIONS = 3
+
+
+def compress_all(compressor: Compressor, pairs: Sequence[tuple[str, FaithfulnessItem]], reader: Reader) -> list[Compressed]:
+    """``compress_one`` over (split, item) pairs; ``LongctxError`` when the first
+    ``START_SESSIONS`` sessions all fail with the same error (the item's id aside)."""
+    done: list[Compressed] = []
+    for split, item in pairs:
+        done.append(compress_one(compressor, split, item, reader))
+        if len(done) == START_SESSIONS:
+            errors = {c.outcome["error"].removeprefix(f"item {c.item.id}: ") if c.outcome["error"] else None for c in done}
+            if len(errors) == 1 and None not in errors:
+                raise LongctxError(f"compressor {compressor.label} could not start: {errors.pop()} "
+                                   f"(the same on each of the first {START_SESSIONS} sessions; none was measured)")
+    return done
+
+
 def read_answers(reader: Reader, compressed: Sequence[Compressed], progress: Callable[[int, int], Any] | None = None,
                  cache: Any = None) -> None:
     """Layer B for every compressed item: ``outcome["full"]`` and ``outcome["compressed"]``

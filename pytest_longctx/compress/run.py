@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pytest_longctx.backends.base import describe
-from pytest_longctx.compress.evaluate import Reader, compress_one, read_answers
+from pytest_longctx.compress.evaluate import Reader, compress_all, read_answers
 from pytest_longctx.compress.interface import parse_knobs, resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, RowSpec, row_values
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, ItemKey
@@ -130,7 +130,7 @@ class CompressorRun:
             if self.reader is None:
                 self._start(backend)
             assert self.reader is not None
-            done = [compress_one(self.compressor, key[1], self.items[key], self.reader) for key in todo]
+            done = compress_all(self.compressor, [(key[1], self.items[key]) for key in todo], self.reader)
             if self.reader.backend is not None:
                 read_answers(self.reader, done, progress if callable(progress) else None, self.cache)
         except LongctxError as exc:
