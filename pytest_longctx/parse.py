@@ -49,6 +49,17 @@ def finite_nonnegative(value: Any) -> float:
     return number
 
 
+def significance_level(value: Any) -> float:
+    """A significance level: a number above 0 and below 0.5 (e.g. 0.05)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise NotANumber("expected a number") from None
+    if not 0 < number < 0.5:
+        raise ValueError("must be a significance level above 0 and below 0.5, e.g. 0.05")
+    return number
+
+
 def option_value(option: str, value: Any, parse: Callable[[Any], T]) -> T:
     """``parse(value)``, or one line naming the option: ``--limit 0: must be at least 1``."""
     try:

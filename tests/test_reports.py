@@ -156,7 +156,9 @@ def test_the_markdown_report_has_a_table_per_section(pair, capsys):
     code, out, _ = compare(capsys, pair.baseline, pair.results, "--format", "markdown")
     assert code == 1 and out.startswith("## longctx: FAIL")
     model, baseline = report["rows"][FACTS_ROW], report["baseline_rows"][FACTS_ROW]
-    assert f"| {FACTS_ROW} | {baseline:.3f} | {model:.3f} | {model - baseline:+.3f} | >= {baseline - 0.05:.3f} | FAIL |" in out
+    low, high = next(v["interval"] for v in report["verdicts"] if v["label"] == FACTS_ROW)  # beside the delta
+    assert (f"| {FACTS_ROW} | {baseline:.3f} | {model:.3f} | {model - baseline:+.3f} [{low:.2f}, {high:.2f}] "
+            f"| >= {baseline - 0.05:.3f} | FAIL |") in out
     assert "### Rules cells" in out and "| rules_en-2k-user-redirect |" in out
     assert "```text\nfact: " in out and "⟦" in out
 

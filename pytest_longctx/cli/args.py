@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_longctx.parse import comma_list
+from pytest_longctx.parse import comma_list, finite_nonnegative, significance_level
 
 
 def names(text: str) -> list[str]:
@@ -12,6 +12,22 @@ def names(text: str) -> list[str]:
         return comma_list(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def nonnegative(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        return finite_nonnegative(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number >= 0") from None
+
+
+def level(text: str) -> float:
+    """An argparse type: a significance level, above 0 and below 0.5."""
+    try:
+        return significance_level(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def add_reader_arguments(parser: argparse.ArgumentParser) -> None:

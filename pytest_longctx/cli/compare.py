@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from pytest_longctx.cli.args import level
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
@@ -50,6 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"largest allowed mean loss of one item, nats (default {defaults.item_drop:g})")
     p.add_argument("--threshold", action="append", default=[], metavar="PATTERN:METRIC=VALUE",
                    help="per row, cell or item, as the plugin's --longctx-threshold; repeatable")
+    p.add_argument("--alpha", type=level, metavar="A",
+                   help="fail a row or cell only when its shortfall beyond the threshold is significant at level A "
+                        "(one-sided paired bootstrap over items; default: the point estimate decides)")
+    p.add_argument("--min-effect", type=_nonnegative, default=defaults.min_effect, metavar="NATS",
+                   help=f"rules: the baseline's rule effect a target needs to be counted (default {defaults.min_effect:g} nats; "
+                        "applies when the metrics are recomputed from raw scores)")
     p.set_defaults(run=run)
 
 
@@ -66,7 +73,8 @@ def render(comparison: Comparison, fmt: str, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = Thresholds(drop=args.max_drop, retained=args.min_retained, follow=args.min_follow,
-                            item_drop=args.item_max_drop, overrides=parse_overrides(args.threshold, "--threshold"))
+                            item_drop=args.item_max_drop, overrides=parse_overrides(args.threshold, "--threshold"),
+                            alpha=args.alpha, min_effect=args.min_effect)
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
     report = render(comparison, args.format, args.top)

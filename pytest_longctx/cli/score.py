@@ -5,8 +5,9 @@ import argparse
 import sys
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.cli.args import add_reader_arguments, names
+from pytest_longctx.cli.args import add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
+from pytest_longctx.metrics.rules import COUNT_NATS
 from pytest_longctx.paths import check_writable
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
@@ -30,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
     p.add_argument("--allow-beyond-context", action="store_true",
                    help="score texts longer than the model's context window (refused by default)")
+    p.add_argument("--min-effect", type=nonnegative, default=COUNT_NATS, metavar="NATS",
+                   help=f"rules: the reference's rule effect a target needs to be counted (default {COUNT_NATS:g} nats)")
     add_reader_arguments(p)
     p.set_defaults(run=run)
 
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device)
     cache = ScoreCache.for_backend(backend, args.cache_dir)
     results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
-                         cache=cache, beyond_context=args.allow_beyond_context)
+                         cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
     if results.meta.get("mode_fallback"):
         print(f"longctx: warning: {results.meta['mode_fallback']}", file=sys.stderr)
     for warning in results.warnings:

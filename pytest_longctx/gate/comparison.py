@@ -113,7 +113,8 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
                 "only the metrics are compared; for per-target losses give its scores file (--save_scores)")
     notes += [note] if note else []
     if dataset is not None and results.scores is not None:
-        sets, baseline_sets = compute_sets(dataset, results.scores, baseline), compute_sets(dataset, baseline, None)
+        sets = compute_sets(dataset, results.scores, baseline, thresholds.min_effect)
+        baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
     else:
         sets, baseline_sets = _stored_sets(results, baseline)
         if any(config_kind(c) == "rules" for c in sets):

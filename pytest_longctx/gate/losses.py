@@ -16,7 +16,7 @@ from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, conf
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import item_drop, item_key, item_metric, rule_effect_loss, verdict_word
 from pytest_longctx.metrics.raw import Record, is_scored, mean
-from pytest_longctx.metrics.rules import FOLLOW_SHARE
+from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE
 from pytest_longctx.scoring.scores_file import ScoresFile
 
 BEFORE_CHARS = 160
@@ -85,13 +85,14 @@ class ItemLoss:
         return verdict_word(None if self.loss is None else self.passed)
 
 
-def target_loss(config: str, mine: Record, theirs: Record) -> tuple[float, float, float, bool, bool] | None:
+def target_loss(config: str, mine: Record, theirs: Record,
+                min_effect: float = COUNT_NATS) -> tuple[float, float, float, bool, bool] | None:
     """(loss, baseline, model, hit under the baseline, hit under the model) of one target
     scored on both sides, or None (not scored, or a rules target the reference ignores)."""
     if not (is_scored(mine) and is_scored(theirs)):
         return None
     if config_kind(config) == "rules":
-        counted = rule_effect_loss(mine, theirs)
+        counted = rule_effect_loss(mine, theirs, min_effect)
         if counted is None:
             return None
         loss, eff_ref, eff = counted
@@ -149,12 +150,13 @@ def losses(model: ScoresFile | None, baseline: ScoresFile, sets: dict, baseline_
                 limit = thresholds.get(item_key(config, length, item_id), "item_drop")
                 assert limit is not None  # item_drop applies to every item by default
                 found_items.append(ItemLoss(config, length, item_id, metric, base_value, value,
-                                            item_drop(config, mine, theirs) if mine is not None else None, limit))
+                                            item_drop(config, mine, theirs, thresholds.min_effect) if mine is not None else None,
+                                            limit))
                 if mine is None:
                     continue
                 record = spanned(items.get((config, length, item_id)))
                 for index, (a, b) in enumerate(zip(mine, theirs)):
-                    found = target_loss(config, a, b)
+                    found = target_loss(config, a, b, thresholds.min_effect)
                     if found is not None:
                         found_targets.append(TargetLoss(
                             config, length, item_id, index, *found,

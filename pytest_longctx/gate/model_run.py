@@ -228,8 +228,9 @@ class GateRun:
             return self._evaluations[memo]
         dataset = self.dataset.select(keys)
         reference = self.baseline
-        sets = compute_sets(dataset, self.scores, reference)
-        baseline_sets = compute_sets(dataset, reference, None) if reference is not None else sets
+        min_effect = self.thresholds.min_effect
+        sets = compute_sets(dataset, self.scores, reference, min_effect)
+        baseline_sets = compute_sets(dataset, reference, None, min_effect) if reference is not None else sets
         evaluation = self._evaluations[memo] = evaluate(sets, baseline_sets, self.thresholds)
         return evaluation
 
@@ -244,11 +245,12 @@ class GateRun:
             problems.append(f"none of its {len(mine)} targets could be scored: {mine[0]['unaligned'] if mine else 'no targets'}")
         if nonfinite:
             problems.append(f"{nonfinite} target(s) gave NaN or infinite log-probabilities (check the dtype)")
-        drop = item_drop(config, mine, theirs)
+        drop = item_drop(config, mine, theirs, self.thresholds.min_effect)
         limit = self.thresholds.get(item_key(config, length, item_id), "item_drop")
         if drop is not None and drop > limit:
             problems.append(f"lost {drop:.3f} nats per scored token against the baseline (allowed {limit:g}, --longctx-item-max-drop)")
-        single = compute_sets(self.dataset.select({(config, length, item_id)}), self.scores, self.baseline)
+        single = compute_sets(self.dataset.select({(config, length, item_id)}), self.scores, self.baseline,
+                              self.thresholds.min_effect)
         properties = {
             "targets": len(mine),
             "unaligned": unaligned,

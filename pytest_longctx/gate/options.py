@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Override, Thresholds, parse_overrides
-from pytest_longctx.parse import at_least_one, comma_list, finite_nonnegative
+from pytest_longctx.parse import at_least_one, comma_list, finite_nonnegative, significance_level
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Option:
     help: str
     default: Any = None
     ini: bool = True
-    kind: str = "str"  # str, csv, int, float, flag, lines, pairs
+    kind: str = "str"  # str, csv, int, float, level, flag, lines, pairs
 
     @property
     def flag(self) -> str:
@@ -55,6 +55,9 @@ OPTIONS = (
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
     Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", 0.90, kind="float"),
     Option("item-max-drop", "one item: largest allowed mean loss against the baseline, in nats", 1.0, kind="float"),
+    Option("alpha", "fail a row or cell only when its shortfall beyond the threshold is significant at this level "
+           "(one-sided paired bootstrap over items, e.g. 0.05); default: the point estimate decides", kind="level"),
+    Option("min-effect", "rules: the baseline's rule effect a target needs to be counted, in nats", 1.0, kind="float"),
     Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop; "
            "compressor gate: retention, savings, drop); repeatable", kind="lines"),
     # the compressor gate (compress/gate.py)
@@ -135,6 +138,8 @@ def _convert(option: Option, raw: Any) -> Any:
         return at_least_one(raw)
     if option.kind == "float":
         return finite_nonnegative(raw)
+    if option.kind == "level":
+        return significance_level(raw)
     if option.name in CHOICES and raw not in CHOICES[option.name]:
         raise ValueError(f"expected one of {', '.join(CHOICES[option.name])}")
     return raw
@@ -173,7 +178,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         backend=values["longctx_backend"], cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
-                              overrides=tuple(overrides)),
+                              overrides=tuple(overrides), alpha=values["longctx_alpha"],
+                              min_effect=values["longctx_min_effect"]),
         markdown=values["longctx_markdown"], html=values["longctx_html"],
         compressor=values["longctx_compressor"], knobs=values["longctx_knob"] or (),
         min_retention_verbatim=values["longctx_min_retention_verbatim"],

@@ -66,6 +66,10 @@ class Thresholds:
     follow: float = 0.90
     item_drop: float = 1.0
     overrides: tuple[Override, ...] = ()
+    # the verdict rule: None, the point estimate against the threshold; A, a row or cell fails only when its
+    # shortfall beyond the threshold is significant at level A (--longctx-alpha, docs/metrics.md#uncertainty)
+    alpha: float | None = None
+    min_effect: float = 1.0  # rules: the reference's effect a target needs to be counted, nats (--longctx-min-effect)
 
     def get(self, key: str, metric: str, default: bool = True) -> float | None:
         """The threshold of ``metric`` at ``key``: the last matching override, else the
@@ -94,6 +98,9 @@ class Thresholds:
 
     def describe(self) -> dict[str, str]:
         values = {m: f"{getattr(self, m):g}" for m in METRICS if hasattr(self, m)}
+        values["min_effect"] = f"{self.min_effect:g}"
+        if self.alpha is not None:
+            values["alpha"] = f"{self.alpha:g}"
         values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
         return values
 

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, config_kind
 from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.uncertainty import measure, needed_items
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.metrics.rules import COUNT_NATS
@@ -74,6 +75,15 @@ class Verdict:
     rule: str  # how the threshold came about
     losers: list[str] = field(default_factory=list)
     reference: str = "baseline"  # what ``baseline`` is the value of (compressor gate: the full context)
+    # uncertainty (gate/uncertainty.py), where the per-item figures are at hand
+    interval: tuple[float, float] | None = None  # paired bootstrap 95 % interval of model - baseline over items
+    items: int | None = None  # the items sampled
+    mdd: float | None = None  # minimum detectable drop of the selection
+    lost: int | None = None  # McNemar, hit rows: targets the baseline hit and the model missed
+    gained: int | None = None  # and the reverse
+    p: float | None = None  # the two-sided exact McNemar p
+    alpha: float | None = None  # --longctx-alpha: fail only on a significant shortfall
+    bound: float | None = None  # with alpha: the one-sided (1 - alpha) upper bound of model - threshold
 
     @property
     def applicable(self) -> bool:
@@ -86,7 +96,34 @@ class Verdict:
         unscored) fails."""
         if self.model is None:
             return self.baseline is None
-        return self.model >= self.threshold - 1e-12
+        if self.model >= self.threshold - 1e-12:
+            return True
+        # --longctx-alpha: below the threshold, but not significantly (without a bound: the point rule)
+        return self.alpha is not None and self.bound is not None and self.bound >= 0
+
+    @property
+    def allowed(self) -> float | None:
+        """How far the value may fall from the baseline's: the allowed drop of a relative
+        threshold, the distance from the baseline to an absolute one."""
+        return None if self.baseline is None else self.baseline - self.threshold
+
+    def uncertainty_text(self) -> str:
+        """``interval [-0.19, -0.04] over 8 items; McNemar lost 5 / gained 1, p = 0.22``."""
+        parts = []
+        if self.interval is not None:
+            parts.append(f"interval [{self.interval[0]:.2f}, {self.interval[1]:.2f}] over {self.items} items")
+        elif self.items is not None:
+            parts.append(f"no interval ({self.items} item{'' if self.items == 1 else 's'} to resample)")
+        if self.lost is not None and self.gained is not None and self.p is not None:
+            parts.append(f"McNemar lost {self.lost} / gained {self.gained}, p = {self.p:.2g}")
+        if self.alpha is not None and self.model is not None and self.model < self.threshold - 1e-12:
+            if self.bound is None:
+                parts.append(f"alpha {self.alpha:g}: no bound, judged by the point estimate")
+            else:
+                significant = "significant" if self.bound < 0 else "not significant"
+                parts.append(f"alpha {self.alpha:g}: shortfall {significant} (upper {1 - self.alpha:.0%} bound of "
+                             f"{self.metric} - threshold {self.bound:+.3f})")
+        return "; ".join(parts)
 
     @property
     def word(self) -> str:
@@ -98,6 +135,9 @@ class Verdict:
                 f"needs >= {self.threshold:.3f} ({self.rule})")
         if self.model is None and self.baseline is not None:
             head += f"; the model has no value where the {self.reference} has one (its targets were non-finite or unscored)"
+        uncertainty = self.uncertainty_text()
+        if uncertainty:
+            head += f"; {uncertainty}"
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
         return head
@@ -112,21 +152,52 @@ def checks_word(verdicts: list[Verdict]) -> str:
     return verdict_word(all(v.passed for v in applicable))
 
 
+def with_uncertainty(verdict: Verdict, config: str, length: str | None, model_sets: dict, baseline_sets: dict,
+                     keep: Any, relative_drop: float | None, alpha: float | None) -> Verdict:
+    """``verdict`` with its interval, McNemar counts and (with ``alpha``) bound, from both
+    sides' per-item figures of ``config``/``length`` (the items ``keep`` accepts)."""
+    if length is None or verdict.model is None or verdict.baseline is None:
+        return verdict
+    mine = model_sets[config][length].get("per_item", {})
+    theirs = baseline_sets[config][length].get("per_item", {})
+    found = measure(config_kind(config), verdict.metric, mine, theirs, keep, verdict.threshold, relative_drop, alpha)
+    if found is None:
+        return verdict
+    verdict.interval, verdict.items, verdict.mdd = found.interval, found.items, found.mdd
+    verdict.lost, verdict.gained, verdict.p = found.lost, found.gained, found.p
+    verdict.alpha, verdict.bound = alpha, found.bound
+    return verdict
+
+
+def _in_cell(placement: str | None, family: str | None) -> Any:
+    return lambda entry: entry.get("placement") == placement and family in ("all", entry.get("family"))
+
+
+def _in_suite(suite: str | None) -> Any:
+    return lambda entry: suite is None or entry.get("suite") == suite
+
+
 def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_sets: dict,
                 model_rows: dict, baseline_rows: dict, thresholds: Thresholds) -> Verdict:
     key = row_key(source)
     model, baseline = model_rows.get(name), baseline_rows.get(name)
-    if config_kind(source["config"]) != "rules":
+    config, length = source["config"], source.get("length")
+    if config_kind(config) != "rules":
         drop = thresholds.get(key, "drop")
         threshold = (baseline if baseline is not None else 0.0) - drop
         rule = f"baseline - {drop:g}"
         losers = accuracy_losers(source, model_sets, baseline_sets)
-        return Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
+        verdict = Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
+        return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _in_suite(source.get("suite")),
+                                drop, thresholds.alpha)
     metric = source["metric"]
     threshold = thresholds.get(key, metric)
-    where = (source["config"], source.get("length"), source.get("placement"), source.get("family"))
+    where = (config, length, source.get("placement"), source.get("family"))
     losers = rules_losers(model_sets, *where) if None not in where else []  # a worst case with no counted cell has none
-    return Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
+    verdict = Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
+    if None in where:
+        return verdict
+    return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _in_cell(*where[2:]), None, thresholds.alpha)
 
 
 def cell_verdicts(config: str, length: str, placement: str, family: str, model_sets: dict, baseline_sets: dict,
@@ -136,10 +207,23 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
     base_cell = baseline_sets[config][length]["cells"][placement][family]
     label = f"{config} {length} {placement} prompt, {'all families' if family == 'all' else family}"
     return [
-        Verdict(key, label, metric, model_cell[metric], base_cell[metric], value, f"{metric} >= {value:g}",
-                rules_losers(model_sets, config, length, placement, family))
+        with_uncertainty(
+            Verdict(key, label, metric, model_cell[metric], base_cell[metric], value, f"{metric} >= {value:g}",
+                    rules_losers(model_sets, config, length, placement, family)),
+            config, length, model_sets, baseline_sets, _in_cell(placement, family), None, thresholds.alpha)
         for metric, value in cell_metrics(thresholds, key, family, placement).items()
     ]
+
+
+def too_small(verdict: Verdict) -> str | None:
+    """A warning when the selection cannot detect the drop the check allows: its minimum
+    detectable drop exceeds the allowed one (SPEC §3.3)."""
+    allowed = verdict.allowed
+    if verdict.mdd is None or verdict.items is None or allowed is None or allowed <= 0 or verdict.mdd <= allowed:
+        return None
+    return (f"{verdict.key}: the selection is too small to gate it: over {verdict.items} items it detects a drop of "
+            f"{verdict.mdd:.3f} (power 0.8 at 0.05), the check allows {allowed:.3f}; about "
+            f"{needed_items(verdict.items, verdict.mdd, allowed)} items would be needed")
 
 
 @dataclass
@@ -152,6 +236,11 @@ class Evaluation:
     baseline_sets: Sets
     baseline_rows: dict[str, float | None]
     verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Checks the selection is too small to gate (``too_small``), rows first."""
+        return [w for w in (too_small(v) for v in self.verdicts) if w]
 
 
 def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
@@ -207,17 +296,17 @@ def rules_losers(model_sets: dict, config: str, length: str, placement: str, fam
 # ------------------------------------------------------------------ items
 
 
-def rule_effect_loss(mine: dict, theirs: dict) -> tuple[float, float, float] | None:
+def rule_effect_loss(mine: dict, theirs: dict, min_effect: float = COUNT_NATS) -> tuple[float, float, float] | None:
     """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
     rules target scored on both sides; None when the reference's effect is too small to count."""
     eff = mine["score_with"] - mine["score_without"]
     eff_ref = theirs["score_with"] - theirs["score_without"]
-    if abs(eff_ref) < COUNT_NATS:
+    if abs(eff_ref) < min_effect:
         return None
     return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
 
 
-def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float | None:
+def item_drop(config: str, mine: list[dict], theirs: list[dict] | None, min_effect: float = COUNT_NATS) -> float | None:
     """Mean loss of one item against the baseline, in nats: facts and tool calls, the
     log-probability lost per scored token; rules, the rule effect lost per counted target."""
     if theirs is None:
@@ -227,7 +316,7 @@ def item_drop(config: str, mine: list[dict], theirs: list[dict] | None) -> float
         if not (is_scored(a) and is_scored(b)):
             continue
         if config_kind(config) == "rules":
-            counted = rule_effect_loss(a, b)
+            counted = rule_effect_loss(a, b, min_effect)
             if counted is not None:
                 losses.append(counted[0])
         else:

@@ -15,6 +15,8 @@ def item_summary(records: Sequence[Record]) -> dict[str, Any]:
         "recalled": recalled,
         "query_accuracy": ratio(recalled, len(scored)),
         "mean_logprob": mean([lp for r in scored for lp in r["logprobs"]]),
+        # per target, in item order: recalled (True/False) or not scored (None); McNemar pairs them with the baseline's
+        "target_hits": [all(r["hits"]) if is_scored(r) else None for r in records],
     }
 
 

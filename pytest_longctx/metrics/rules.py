@@ -1,7 +1,7 @@
 """rules_en / rules_cs / rules_de (docs/metrics.md#rules): effects of a rule, relative to a reference.
 
 ``eff = score_with - score_without`` (log p of the rule's first token); a target counts
-when the reference reacts, ``|eff_ref| >= 1`` nat. ``follow`` = share of counted
+when the reference reacts, ``|eff_ref| >= 1`` nat (``min_effect``; ``--longctx-min-effect``). ``follow`` = share of counted
 targets with ``eff / eff_ref >= 0.5``; ``retained`` = ``sum(eff) / sum(eff_ref)``.
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ class Effect:
     target: int
     eff: float
     eff_ref: float
+    min_effect: float = COUNT_NATS  # the reference's effect a target needs to count, in nats
 
     @property
     def counted(self) -> bool:
-        return abs(self.eff_ref) >= COUNT_NATS
+        return abs(self.eff_ref) >= self.min_effect
 
     @property
     def followed(self) -> bool:
@@ -39,7 +40,7 @@ def _eff(record: Record) -> float:
 
 
 def effects(items: Sequence[RuleItem], records: dict[str, list[Record]],
-            reference: dict[str, list[Record]] | None) -> list[Effect]:
+            reference: dict[str, list[Record]] | None, min_effect: float = COUNT_NATS) -> list[Effect]:
     """Targets scored (and finite) under both the model and its reference."""
     found = []
     for item in items:
@@ -47,17 +48,24 @@ def effects(items: Sequence[RuleItem], records: dict[str, list[Record]],
         ref = own if reference is None else reference[item.id]
         for index, (mine, theirs) in enumerate(zip(own, ref)):
             if is_scored(mine) and is_scored(theirs):
-                found.append(Effect(item, index, _eff(mine), _eff(theirs)))
+                found.append(Effect(item, index, _eff(mine), _eff(theirs), min_effect))
     return found
 
 
 def cell(found: Sequence[Effect]) -> dict[str, Any]:
-    """follow / retained over the counted targets; ``None`` when none is counted."""
+    """follow / retained over the counted targets; ``None`` when none is counted. ``followed``,
+    ``eff_sum`` and ``eff_ref_sum`` are their numerators and denominators (what the gate's
+    bootstrap resamples per item)."""
     counted = [e for e in found if e.counted]
+    followed = sum(e.followed for e in counted)
+    eff_sum, eff_ref_sum = sum(e.eff for e in counted), sum(e.eff_ref for e in counted)
     return {
-        "follow": ratio(sum(e.followed for e in counted), len(counted)),
-        "retained": ratio(sum(e.eff for e in counted), sum(e.eff_ref for e in counted)) if counted else None,
+        "follow": ratio(followed, len(counted)),
+        "retained": ratio(eff_sum, eff_ref_sum) if counted else None,
         "counted": len(counted),
+        "followed": followed,
+        "eff_sum": eff_sum,
+        "eff_ref_sum": eff_ref_sum,
         "targets": len(found),
         "eff_mean": mean([e.eff for e in counted]),
         "eff_ref_mean": mean([e.eff_ref for e in counted]),
@@ -65,8 +73,8 @@ def cell(found: Sequence[Effect]) -> dict[str, Any]:
 
 
 def set_metrics(items: Sequence[RuleItem], records: dict[str, list[Record]],
-                reference: dict[str, list[Record]] | None) -> dict[str, Any]:
-    found = effects(items, records, reference)
+                reference: dict[str, list[Record]] | None, min_effect: float = COUNT_NATS) -> dict[str, Any]:
+    found = effects(items, records, reference, min_effect)
     every = [r for item in items for r in records[item.id]]
     ref_every = every if reference is None else [r for item in items for r in reference[item.id]]
     cells = {

@@ -13,19 +13,25 @@ def _in_group(target: ToolTarget, group: str) -> bool:
     return {"far": target.far, "fresh": target.far and target.fresh, "near": not target.far}[group]
 
 
-def group(pairs: Iterable[tuple[ToolTarget, Record]]) -> dict[str, Any]:
+def group(pairs: Iterable[tuple[ToolTarget, Record]], flags: bool = False) -> dict[str, Any]:
+    """count (scored), correct, accuracy, mean log-prob; ``flags``: also ``target_hits``, per
+    target of the group in order, right (True/False) or not scored (None)."""
+    pairs = list(pairs)
     scored = [r for _, r in pairs if is_scored(r)]
     correct = sum(r["hits"][0] for r in scored)
-    return {
+    found = {
         "count": len(scored),
         "correct": correct,
         "accuracy": ratio(correct, len(scored)),
         "mean_logprob": mean([r["logprobs"][0] for r in scored]),
     }
+    if flags:
+        found["target_hits"] = [bool(r["hits"][0]) if is_scored(r) else None for _, r in pairs]
+    return found
 
 
-def _groups(pairs: list[tuple[ToolTarget, Record]]) -> dict[str, dict[str, Any]]:
-    return {name: group((t, r) for t, r in pairs if _in_group(t, name)) for name in GROUPS}
+def _groups(pairs: list[tuple[ToolTarget, Record]], flags: bool = False) -> dict[str, dict[str, Any]]:
+    return {name: group(((t, r) for t, r in pairs if _in_group(t, name)), flags) for name in GROUPS}
 
 
 def set_metrics(items: Sequence[ToolItem], records: dict[str, list[Record]]) -> dict[str, Any]:
@@ -43,7 +49,7 @@ def set_metrics(items: Sequence[ToolItem], records: dict[str, list[Record]]) -> 
             kind: _groups([(t, r) for t, r in pairs if t.kind == kind]) for kind in TOOL_KINDS
         },
         "per_item": {
-            item.id: {name: g for name, g in _groups(list(zip(item.targets, records[item.id]))).items()}
+            item.id: {name: g for name, g in _groups(list(zip(item.targets, records[item.id])), flags=True).items()}
             for item in items
         },
     }

@@ -64,7 +64,8 @@ def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: An
         record_property(f"longctx.baseline_{verdict.metric}", verdict.baseline)
         record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not any(v.applicable for v in verdicts):
-        reason = "no counted target (|eff_ref| >= 1 nat)" if config_kind(case.config) == "rules" else "no scored item"
+        reason = (f"no counted target (|eff_ref| >= {run.thresholds.min_effect:g} nat)" if config_kind(case.config) == "rules"
+                  else "no scored item")
         pytest.skip(f"{case.key}: {reason}, nothing to check")
     failed = [v for v in verdicts if not v.passed]
     if failed:

@@ -18,4 +18,12 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
                            (f"longctx.baseline_row.{verdict.label}", number(verdict.baseline, 6)),
                            (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6)),
                            (f"longctx.verdict.{verdict.label}", verdict.word)]
+            if verdict.interval is not None:
+                properties += [(f"longctx.interval_low.{verdict.label}", number(verdict.interval[0], 6)),
+                               (f"longctx.interval_high.{verdict.label}", number(verdict.interval[1], 6)),
+                               (f"longctx.items.{verdict.label}", str(verdict.items))]
+            if verdict.p is not None:
+                properties += [(f"longctx.mcnemar_lost.{verdict.label}", str(verdict.lost)),
+                               (f"longctx.mcnemar_gained.{verdict.label}", str(verdict.gained)),
+                               (f"longctx.p.{verdict.label}", number(verdict.p, 6))]
     return properties

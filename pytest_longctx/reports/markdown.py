@@ -29,6 +29,7 @@ def _heading(comparison: Comparison) -> list[str]:
     lines = [f"## longctx: {verdict}", "", f"`{comparison.model}` against {comparison.baseline}, mode {comparison.mode}"]
     lines += [f"> **error**: {error}" for error in comparison.errors]
     lines += [f"> note: {note}" for note in comparison.notes]
+    lines += [f"> warning: {warning}" for warning in comparison.evaluation.warnings]
     return lines
 
 

@@ -11,10 +11,12 @@ def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
         "sets": evaluation.sets,
         "reference": str(run.baseline_path) if run.baseline is not None else None,
         "mode": run.scores.mode,
-        "meta": run.scores.meta,
+        "meta": {**run.scores.meta, "min_effect": run.thresholds.min_effect},
         "row_sources": evaluation.row_sources,
         "baseline_rows": evaluation.baseline_rows,
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
-                      "threshold": v.threshold, "verdict": v.word} for v in evaluation.verdicts],
+                      "threshold": v.threshold, "verdict": v.word, "interval": v.interval, "items": v.items, "mdd": v.mdd,
+                      "lost": v.lost, "gained": v.gained, "p": v.p, "alpha": v.alpha, "bound": v.bound}
+                     for v in evaluation.verdicts],
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
     }

@@ -11,7 +11,7 @@ from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
 from pytest_longctx.numbers import delta, number
 from pytest_longctx.reports.format import table
-from pytest_longctx.reports.text import GATE_HEADERS, gate_rows
+from pytest_longctx.reports.text import GATE_HEADERS, TERMINAL_HEADERS, gate_rows, interval_text
 
 MARK = ("⟦", "⟧")  # around the target in its text
 HITS = {"facts": ("recalled", "missed"), "tool_calls": ("right", "wrong"), "rules": ("followed", "not followed")}
@@ -47,7 +47,11 @@ def _shown(value: Any) -> str:
     return str(value) if isinstance(value, int) else number(value)
 
 
-def headline(comparison: Comparison) -> Section:
+def headline(comparison: Comparison, columns: bool = False) -> Section:
+    """The headline rows; ``columns``: the terminal's table (interval and McNemar columns),
+    else the interval beside the delta (markdown, HTML)."""
+    if columns:
+        return Section("Headline rows", TERMINAL_HEADERS, gate_rows(comparison.evaluation, columns=True))
     return Section("Headline rows", GATE_HEADERS, gate_rows(comparison.evaluation))
 
 
@@ -66,8 +70,10 @@ def rules_cells(comparison: Comparison) -> Section:
             verdicts = by_key.get(key, [])
             lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
                           number(cell["follow"]), number(cell["retained"]),
-                          "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts), checks_word(verdicts)])
-    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "threshold", "verdict"]
+                          "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts),
+                          "; ".join(f"{v.metric} {interval_text(v)}" for v in verdicts if v.interval is not None),
+                          checks_word(verdicts)])
+    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "threshold", "interval", "verdict"]
     return Section("Rules cells (eff: log-prob gained by the rule, model; eff_ref: baseline)", headers, lines)
 
 
@@ -130,7 +136,8 @@ def text_report(comparison: Comparison, count: int = 10) -> str:
     out = [f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}"]
     out += [f"error: {error}" for error in comparison.errors]
     out += [f"note: {note}" for note in comparison.notes]
-    for section in (headline(comparison), rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
+    out += [f"warning: {warning}" for warning in comparison.evaluation.warnings]
+    for section in (headline(comparison, columns=True), rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
         if section.rows:
             out += ["", section.title, table(section.headers, section.rows)]
     failing = failing_lines(comparison)

@@ -38,10 +38,11 @@ class Results:
     scores: ScoresFile
     reference: str | None = None
     warnings: list[str] = field(default_factory=list)
+    min_effect: float = rules.COUNT_NATS  # the rules targets' count threshold the sets were computed with
 
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
-                "meta": self.meta, "row_sources": self.row_sources,
+                "meta": {**self.meta, "min_effect": self.min_effect}, "row_sources": self.row_sources,
                 "scores": self.scores.to_json()["scores"]}  # per-target raw scores: what `longctx compare` reads
 
     def nonfinite(self) -> list[str]:
@@ -52,8 +53,10 @@ class Results:
         return ScoresFile(mode=self.mode, meta=self.meta, scores=self.scores.scores, rows=self.rows, sets=self.sets)
 
 
-def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Metrics of every selected config and length from raw scores (and a reference's)."""
+def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None,
+                 min_effect: float = rules.COUNT_NATS) -> dict[str, dict[str, dict[str, Any]]]:
+    """Metrics of every selected config and length from raw scores (and a reference's);
+    ``min_effect``: the reference's rule effect a rules target needs to count, in nats."""
     sets: dict[str, dict[str, dict[str, Any]]] = {}
     for config, by_length in dataset.configs.items():
         kind = config_kind(config)
@@ -69,7 +72,7 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
                 ref = None
                 if reference is not None:
                     ref = {i.id: reference.scores[config][length][i.id].targets for i in items}
-                metrics = rules.set_metrics(items, records, ref)
+                metrics = rules.set_metrics(items, records, ref, min_effect)
             sets.setdefault(config, {})[length] = metrics
     return sets
 
@@ -133,6 +136,7 @@ def score_sets(
     progress: bool | Callable[[int, int], Progress] = True,
     cache: Any = None,
     beyond_context: bool = False,
+    min_effect: float = rules.COUNT_NATS,
 ) -> Results:
     """Score ``backend`` (anything with ``read(ids, positions, tokens)``) on ``data``.
 
@@ -141,6 +145,7 @@ def score_sets(
     rules configs measure effects relative to it (without one, the model is its own).
     ``cache`` (a ``ScoreCache``) answers forward passes already run with these weights.
     ``beyond_context``: score texts longer than the backend's ``context_window`` too.
+    ``min_effect``: the reference's rule effect (nats) a rules target needs to be counted.
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     fallback: list[str] = []  # auto mode fell back to text: why, in the meta and on the terminal
@@ -157,10 +162,10 @@ def score_sets(
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
     warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
-    sets = compute_sets(dataset, scores, reference)
+    sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline_rows(sets)
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
-                   reference=reference.path if reference is not None else None, warnings=warnings)
+                   reference=reference.path if reference is not None else None, warnings=warnings, min_effect=min_effect)
 
 
 def require_finite(results: Results) -> None:
