@@ -217,7 +217,7 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
 
 def too_small(verdict: Verdict) -> str | None:
     """A warning when the selection cannot detect the drop the check allows: its minimum
-    detectable drop exceeds the allowed one (SPEC §3.3)."""
+    detectable drop exceeds the allowed one (docs/metrics.md#uncertainty)."""
     allowed = verdict.allowed
     if verdict.mdd is None or verdict.items is None or allowed is None or allowed <= 0 or verdict.mdd <= allowed:
         return None
