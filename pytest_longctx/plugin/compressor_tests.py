@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.plugin.fixtures import ensure_or_fail, recorder
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
@@ -14,22 +14,11 @@ CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
 
 def _ensure(run: Any, request: Any) -> None:
     backend = request.getfixturevalue("longctx_backend") if run.options.model else None
-    try:
-        run.ensure(["faithfulness"], backend, request.getfixturevalue("longctx_progress"))
-    except LongctxError as exc:
-        failure = str(exc)
-    else:
-        return
-    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
-
-
-def _recorder(request: Any) -> Any:
-    """``record_property`` without its fixture's xunit2 warning (see model_tests)."""
-    return lambda name, value: request.node.user_properties.append((name, value))
+    ensure_or_fail(run, ["faithfulness"], backend, request.getfixturevalue("longctx_progress"))
 
 
 def test_retention(longctx_case: Any, longctx_run: Any, request: Any) -> None:
-    case, record_property = longctx_case, _recorder(request)
+    case, record_property = longctx_case, recorder(request)
     _ensure(longctx_run, request)
     problems, properties = longctx_run.item_report((case.config, case.length, case.item_id))
     for name, value in properties.items():
@@ -39,7 +28,7 @@ def test_retention(longctx_case: Any, longctx_run: Any, request: Any) -> None:
 
 
 def test_threshold(longctx_case: Any, longctx_run: Any, request: Any) -> None:
-    record_property = _recorder(request)
+    record_property = recorder(request)
     _ensure(longctx_run, request)
     verdict = longctx_run.evaluate().verdict(longctx_case.key)
     assert verdict is not None, f"{longctx_case.key}: no verdict was computed (a bug in pytest-longctx)"

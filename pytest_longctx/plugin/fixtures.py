@@ -86,6 +86,24 @@ def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_prog
     pytest.fail(failure, pytrace=False)
 
 
+def ensure_or_fail(session: GateSession, units: list[str], backend: Any, progress: Any) -> None:
+    """``session.ensure``, a failure turned into the test's one-line failure."""
+    try:
+        session.ensure(units, backend, progress)
+    except LongctxError as exc:
+        failure = str(exc)
+    else:
+        return
+    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
+
+
+def recorder(request: pytest.FixtureRequest) -> Any:
+    """``record_property`` without its fixture, which warns under junit_family xunit2 in one
+    process (never under xdist, whose workers have no junit file): the same properties reach
+    the junit XML either way."""
+    return lambda name, value: request.node.user_properties.append((name, value))
+
+
 class _TerminalStream:
     def __init__(self, config: pytest.Config):
         self.capture = config.pluginmanager.getplugin("capturemanager")
