@@ -284,7 +284,8 @@ def test_a_plain_tuple_from_read_is_accepted():
     from pytest_longctx.scoring.engine import _answers
 
     for result in (ReadResult([3, 4], [[-1.0], [-2.0, -3.0]]), ([3, 4], [[-1.0], [-2.0, -3.0]])):
-        assert _answers(DictBackend(), "read", result, [0, 1], [[5], [6, 7]]) == {0: (3, {5: -1.0}), 1: (4, {6: -2.0, 7: -3.0})}
+        assert _answers(DictBackend(), "read", result, [0, 1], [[5], [6, 7]], 0) == {
+            0: (3, {5: -1.0}, None), 1: (4, {6: -2.0, 7: -3.0}, None)}
 
 
 def test_a_local_model_path_that_does_not_exist(facts_dir, tmp_path, capsys):

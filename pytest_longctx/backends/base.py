@@ -1,15 +1,19 @@
 """The backend protocol: anything that can read teacher-forced predictions can be scored."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
+import inspect
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
+
+TopK = tuple[list[int], list[float]]  # the most likely next tokens at a position and their log-probabilities, most likely first
 
 
 class ReadResult(NamedTuple):
     """What a backend answers for one sequence: per read position, its top-1 token and the log-
-    probabilities asked for."""
+    probabilities asked for; with ``top_k``, also the ``top_k`` most likely tokens there."""
 
     top1: list[int]  # the most likely next token at each position
     logprobs: list[list[float]]  # log p(token) at each position, for the tokens asked for there
+    top: list[TopK] | None = None  # with top_k > 0: (ids, log-probabilities) of the top_k most likely, per position
 
 
 @runtime_checkable
@@ -21,11 +25,19 @@ class Backend(Protocol):
     log, full-vocabulary softmax) of every id in ``tokens[i]`` as the token that follows
     that position. Positions may come in any order; results follow the given order.
 
+    A backend that also takes a keyword ``top_k`` (``read(ids, positions, tokens,
+    top_k=16)``) returns, in ``ReadResult.top``, the ``top_k`` most likely next tokens at
+    each position with their log-probabilities, most likely first: a baseline made with
+    such a backend stores them, and later candidates are compared with it token
+    distribution against token distribution (docs/metrics.md#drift). Candidates need only
+    ``read``: they are asked for the log-probabilities of the baseline's ids.
+
     A backend may also expose ``tokenizer`` (a Hugging Face tokenizer, for the ``text``
     mode) and ``describe() -> dict`` (model id, weight fingerprint, dtype, device,
     library versions: recorded in results and baselines), and ``context_window`` (the
     longest sequence it was trained for, or None): texts longer than that are refused
-    unless the user allows them.
+    unless the user allows them. ``session()`` (see the transformers backend) lets the
+    engine run shared prefixes once; its ``advance`` takes ``top_k`` as ``read`` does.
     """
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult: ...
@@ -35,3 +47,12 @@ def describe(backend: Any) -> dict[str, Any]:
     """What a backend says about itself, or its class name."""
     info = backend.describe() if hasattr(backend, "describe") else {}
     return {"backend": type(backend).__name__, **info}
+
+
+def takes_top_k(method: Callable[..., Any]) -> bool:
+    """Whether a backend's ``read`` (or a session's ``advance``) accepts the ``top_k`` keyword."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "top_k" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())

@@ -195,11 +195,11 @@ class TransformersBackend:
 
     # -------------------------------------------------------------- reading
 
-    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult:
+    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
         if not len(positions):
-            return ReadResult([], [])
+            return ReadResult([], [], [] if top_k else None)
         end = int(max(positions)) + 1  # never run past the last read position
-        return self.session().advance(np.asarray(ids[:end], dtype=np.int64), positions, tokens)
+        return self.session().advance(np.asarray(ids[:end], dtype=np.int64), positions, tokens, top_k)
 
     def session(self) -> Session:
         """A sequence read piece by piece, whose state can be saved and rewound: the engine
@@ -251,8 +251,9 @@ class Session:
         self.cache: Any = None
         self.length = 0
 
-    def advance(self, ids: np.ndarray, positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult:
-        """Run ``ids`` after what was read so far; ``positions`` index into ``ids``."""
+    def advance(self, ids: np.ndarray, positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
+        """Run ``ids`` after what was read so far; ``positions`` index into ``ids``; ``top_k``: also
+        the ``top_k`` most likely next tokens at each position."""
         torch = _torch()
         backend = self.backend
         wanted = np.asarray(positions, dtype=np.int64)
@@ -262,6 +263,7 @@ class Session:
         order = np.argsort(wanted, kind="stable")
         top1: list[int] = [0] * len(wanted)
         logprobs: list[list[float]] = [[] for _ in wanted]
+        top: list[tuple[list[int], list[float]]] = [([], []) for _ in wanted]
         with torch.inference_mode():
             for start, stop, picked in backend.forward_calls(wanted[order], len(ids)):
                 keep = torch.as_tensor(wanted[order[picked]] - start, device=backend.device)  # [k]
@@ -270,12 +272,16 @@ class Session:
                 self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
                 logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
                 best = logp.argmax(dim=-1).tolist()
+                if top_k:
+                    values, indices = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [k, top_k], most likely first
                 for row, index in enumerate(order[picked]):
                     top1[index] = int(best[row])
                     asked = torch.as_tensor(list(tokens[index]), dtype=torch.long, device=logp.device)
                     logprobs[index] = logp[row, asked].tolist()
+                    if top_k:
+                        top[index] = (indices[row].tolist(), values[row].tolist())
         self.length += len(ids)
-        return ReadResult(top1, logprobs)
+        return ReadResult(top1, logprobs, top if top_k else None)
 
     def snapshot(self) -> tuple[int, Any]:
         """The state here. Plain KV caches are rewound by cutting them back to this length;

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -83,17 +84,20 @@ class ScoreCache:
         self.warn(_unusable(self.path, exc))
         self.db = None
 
-    def key(self, request: Request) -> str:
+    def key(self, request: Request, top_k: int = 0) -> str:
+        """The request's key; answers with the top-k tokens are kept apart from those without."""
         digest = hashlib.sha256(self.identity.encode())
         digest.update(request.ids.astype("<i8").tobytes())
         digest.update(repr(sorted((i, sorted(t)) for i, t in request.reads.items())).encode())
+        if top_k:
+            digest.update(f"top_k={top_k}".encode())
         return digest.hexdigest()
 
-    def get(self, request: Request) -> Answers | None:
+    def get(self, request: Request, top_k: int = 0) -> Answers | None:
         if self.db is None:
             return None
         try:
-            row = self.db.execute("SELECT value FROM answers WHERE key = ?", (self.key(request),)).fetchone()
+            row = self.db.execute("SELECT value FROM answers WHERE key = ?", (self.key(request, top_k),)).fetchone()
         except sqlite3.Error as exc:
             self._broken(exc)
             return None
@@ -101,18 +105,32 @@ class ScoreCache:
             self.misses += 1
             return None
         self.hits += 1
-        return {int(i): (top1, {int(t): (float("nan") if lp is None else lp) for t, lp in lps.items()})
-                for i, (top1, lps) in json.loads(row[0]).items()}
+        answers: Answers = {}
+        for i, (top1, lps, *rest) in json.loads(row[0]).items():  # written before top-k: (top1, logprobs)
+            top = rest[0] if rest else None
+            answers[int(i)] = (top1, {int(t): _from_json(lp) for t, lp in lps.items()},
+                               None if top is None else (top[0], [_from_json(lp) for lp in top[1]]))
+        return answers
 
-    def put(self, request: Request, answers: Answers) -> None:
+    def put(self, request: Request, answers: Answers, top_k: int = 0) -> None:
         if self.db is None:
             return
-        value = json.dumps({i: (top1, {t: (lp if lp == lp and abs(lp) != float("inf") else None) for t, lp in lps.items()})
-                            for i, (top1, lps) in answers.items()})
+        value = json.dumps({i: (top1, {t: _to_json(lp) for t, lp in lps.items()},
+                                None if top is None else (top[0], [_to_json(lp) for lp in top[1]]))
+                            for i, (top1, lps, top) in answers.items()})
         try:
-            self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (self.key(request), value))
+            self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (self.key(request, top_k), value))
         except sqlite3.Error as exc:
             self._broken(exc)
+
+
+def _to_json(logprob: float) -> float | None:
+    """JSON has no NaN or infinity: a non-finite log-probability is kept as null."""
+    return logprob if math.isfinite(logprob) else None
+
+
+def _from_json(logprob: float | None) -> float:
+    return float("nan") if logprob is None else logprob
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -6,6 +6,10 @@
 3. The rest run as a prefix tree when the backend can save and rewind its state
    (``backend.session()``): each shared prefix once, each continuation only its suffix.
    Otherwise each request is one ``backend.read``.
+
+With ``top_k``, a backend that takes the keyword also answers the ``top_k`` most likely
+next tokens at every read (what a baseline stores for the drift rows); a read's ``also``
+tokens (a baseline's top ids, for a candidate) are read beside its own token.
 """
 from __future__ import annotations
 
@@ -14,24 +18,29 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pytest_longctx.backends.base import TopK, takes_top_k
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import prefix_tree
-from pytest_longctx.scoring.reads import ItemReads
+from pytest_longctx.scoring.reads import ItemReads, Read
 
 
 @dataclass(frozen=True)
 class ReadScore:
-    """One read: the top-1 prediction and the log-probability of the token asked for."""
+    """One read: the top-1 prediction, the log-probability of the token asked for, those of the
+    read's ``also`` tokens (in their order), and the top-k tokens when they were asked for."""
 
     top1: int
     logprob: float
+    also: tuple[float, ...] = ()
+    top: TopK | None = None
 
 
-# Per item, per target: one ReadScore per read of the target, or None when unaligned.
+# Per item, per target and then per control read (``ItemReads.every``): one ReadScore per read, or None when unaligned.
 ItemReadScores = list[list[ReadScore] | None]
-# One request's answers: prediction index -> (top-1 id, token id -> log-probability).
-Answers = dict[int, tuple[int, dict[int, float]]]
+# One request's answers: prediction index -> (top-1 id, token id -> log-probability, top-k or None).
+Answer = tuple[int, dict[int, float], TopK | None]
+Answers = dict[int, Answer]
 
 
 @dataclass(eq=False)
@@ -43,14 +52,14 @@ class Request:
     items: set[int] = field(default_factory=set)  # indices of the plans that need it
 
 
-def collect(plans: Sequence[ItemReads]) -> tuple[list[Request], list[list[list[tuple[int, int, int]]]]]:
-    """(distinct requests, and per plan, per target, per read: (request, index, token))."""
+def collect(plans: Sequence[ItemReads]) -> tuple[list[Request], list[list[list[tuple[int, int, Read]]]]]:
+    """(distinct requests, and per plan, per target (then control), per read: (request, index, read))."""
     requests: list[Request] = []
     by_key: dict[bytes, int] = {}
-    where: list[list[list[tuple[int, int, int]]]] = []
+    where: list[list[list[tuple[int, int, Read]]]] = []
     for number, plan in enumerate(plans):
         ends: dict[int, int] = {}
-        for target in plan.targets:
+        for target in plan.every:
             for read in target.reads:
                 ends[read.seq] = max(ends.get(read.seq, 0), read.pos)
         slot: dict[int, int] = {}
@@ -63,12 +72,12 @@ def collect(plans: Sequence[ItemReads]) -> tuple[list[Request], list[list[list[t
             slot[seq] = by_key[key]
             requests[slot[seq]].items.add(number)
         placed = []
-        for target in plan.targets:
+        for target in plan.every:
             reads = []
             for read in target.reads:
                 request = slot[read.seq]
-                requests[request].reads.setdefault(read.pos - 1, set()).add(read.token)
-                reads.append((request, read.pos - 1, read.token))
+                requests[request].reads.setdefault(read.pos - 1, set()).update((read.token, *read.also))
+                reads.append((request, read.pos - 1, read))
             placed.append(reads)
         where.append(placed)
     return requests, where
@@ -123,57 +132,70 @@ class _Tracker:
             self.progress.advance(items=finished)
 
 
-def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]]) -> Answers:
+def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int) -> Answers:
     """A backend's ``ReadResult`` as answers, checked: anything else is one line naming the
     backend and what it returned, not a traceback in the engine."""
     name = f"backend {type(backend).__name__}: {method}()"
     expected = ("expected ReadResult(top1, logprobs): per position asked, the top-1 token id and the log-probabilities "
                 "of the tokens asked for (pytest_longctx.backends.base)")
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
         raise LongctxError(f"{name} returned {type(result).__name__}; {expected}")
-    top1, logprobs = result
+    top1, logprobs = result[0], result[1]
+    top = result[2] if len(result) == 3 and top_k else None
     try:
         if len(top1) != len(indices) or len(logprobs) != len(indices):
             raise LongctxError(f"{name} returned {len(top1)} top-1 ids and {len(logprobs)} log-probability lists "
                                f"for {len(indices)} positions; {expected}")
+        if top is not None and len(top) != len(indices):
+            raise LongctxError(f"{name} returned top-k tokens for {len(top)} of {len(indices)} positions; "
+                               "with top_k, ReadResult.top holds (ids, log-probabilities) per position")
         answers: Answers = {}
-        for i, t, toks, lps in zip(indices, top1, tokens, logprobs):
+        for n, (i, t, toks, lps) in enumerate(zip(indices, top1, tokens, logprobs)):
             values = [float(v) for v in lps]
             if len(values) != len(toks):
                 raise LongctxError(f"{name} returned {len(values)} log-probabilities at a position where {len(toks)} "
                                    f"tokens were asked for; {expected}")
-            answers[i] = (int(t), dict(zip(toks, values)))
+            best = None
+            if top is not None:
+                ids, top_lps = top[n]
+                best = ([int(x) for x in ids], [float(x) for x in top_lps])
+                if len(best[0]) != len(best[1]) or len(best[0]) > top_k:
+                    raise LongctxError(f"{name} returned {len(best[0])} top ids and {len(best[1])} log-probabilities "
+                                       f"where top_k={top_k} were asked for")
+            answers[i] = (int(t), dict(zip(toks, values)), best)
     except (TypeError, ValueError) as exc:
         raise LongctxError(f"{name} returned {type(result).__name__} holding values of the wrong type ({exc}); {expected}") from None
     return answers
 
 
-def _read_each(backend: Any, requests: list[Request], tracker: _Tracker) -> list[Answers]:
+def _read_each(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int) -> list[Answers]:
     tracker.start(sum(len(r.ids) for r in requests))
+    extra = {"top_k": top_k} if top_k else {}
     answers = []
     for number, request in enumerate(requests):
         indices = sorted(request.reads)
         tokens = [sorted(request.reads[i]) for i in indices]
-        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens), indices, tokens))
+        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens, **extra), indices, tokens, top_k))
         tracker.tokens(len(request.ids))
         tracker.answered(number)
     return answers
 
 
-def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list[Answers]:
+def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int) -> list[Answers]:
     root, paths = prefix_tree.build([r.ids for r in requests])
     for request, path in zip(requests, paths):
         for index, tokens in request.reads.items():
             prefix_tree.node_at(path, index).reads.setdefault(index, set()).update(tokens)
     tracker.start(prefix_tree.total_tokens(root))
     session = backend.session()
+    extra = {"top_k": top_k} if top_k and takes_top_k(session.advance) else {}
 
     def visit(node: prefix_tree.Node) -> None:
         if node.tokens:
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
-            result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens)
-            node.results.update(_answers(backend, "session().advance", result, indices, tokens))
+            result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens, **extra)
+            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k if extra else 0))
             tracker.tokens(node.tokens)
         for number in node.ends:
             tracker.answered(number)
@@ -190,19 +212,23 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker) -> list
 
 
 def run(
-    backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None
+    backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
+    top_k: int = 0,
 ) -> list[ItemReadScores]:
-    """Scores of every read of every planned item. ``progress(items, tokens)`` makes the
-    progress display once the work left is known; ``cache`` answers known requests."""
+    """Scores of every read of every planned item (its targets, then its control reads).
+    ``progress(items, tokens)`` makes the progress display once the work left is known;
+    ``cache`` answers known requests; ``top_k``: also the most likely tokens at every read,
+    when the backend's ``read`` takes the keyword (else none are asked for)."""
+    top_k = top_k if top_k and takes_top_k(backend.read) else 0
     requests, where = collect(plans)
-    answers: list[Answers | None] = [cache.get(r) if cache is not None else None for r in requests]
+    answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
     tracker = _Tracker(progress, subset, len(plans))
     use_tree = reuse_prefixes and callable(getattr(backend, "session", None))
     try:
         if subset:
-            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker)
+            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker, top_k)
         else:
             computed = []
             tracker.start(0)
@@ -211,18 +237,18 @@ def run(
     for n, found in zip(todo, computed):
         answers[n] = found
         if cache is not None:
-            cache.put(requests[n], found)
+            cache.put(requests[n], found, top_k)
     results: list[ItemReadScores] = []
     for plan, placed in zip(plans, where):
         item: ItemReadScores = []
-        for target, reads in zip(plan.targets, placed):
+        for target, reads in zip(plan.every, placed):
             if target.unaligned:
                 item.append(None)
                 continue
             scores = []
-            for request, index, token in reads:
-                top1, logprobs = answers[request][index]
-                scores.append(ReadScore(top1, logprobs[token]))
+            for request, index, read in reads:
+                top1, logprobs, top = answers[request][index]
+                scores.append(ReadScore(top1, logprobs[read.token], tuple(logprobs[t] for t in read.also), top))
             item.append(scores)
         results.append(item)
     return results

@@ -21,7 +21,7 @@ class Node:
     ids: np.ndarray  # a sequence that passes through this node (its tokens [start, end) are the node's)
     children: list[Node] = field(default_factory=list)
     reads: dict[int, set[int]] = field(default_factory=dict)  # prediction index -> token ids wanted
-    results: dict[int, tuple[int, dict[int, float]]] = field(default_factory=dict)  # index -> (top1, logprobs)
+    results: dict[int, tuple] = field(default_factory=dict)  # index -> the engine's answer (top1, logprobs, top-k)
     ends: list[int] = field(default_factory=list)  # sequences that end at this node
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -24,11 +24,13 @@ MODES = ("auto", "ids", "text")
 @dataclass(frozen=True)
 class Read:
     """One prediction to read: the log-probability of ``token`` as the token at ``pos``
-    of sequence ``seq`` of the item (so it is read at ``pos - 1``)."""
+    of sequence ``seq`` of the item (so it is read at ``pos - 1``), and those of the ``also``
+    tokens there (a baseline's most likely tokens, for the drift rows)."""
 
     seq: int
     pos: int
     token: int
+    also: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,32 @@ class ItemReads:
     item: Item
     sequences: tuple[np.ndarray, ...]  # token ids, one array per text the item needs
     targets: tuple[TargetReads, ...]
+    controls: tuple[TargetReads, ...] = ()  # short-context control reads (docs/metrics.md#control-reads), one read each
+
+    @property
+    def every(self) -> tuple[TargetReads, ...]:
+        """The targets, then the control reads: the order of the engine's answers."""
+        return self.targets + self.controls
 
     @property
     def tokens_needed(self) -> int:
         """The longest prefix a forward pass runs over (a read at ``pos`` needs ``pos`` tokens)."""
-        return max((read.pos for target in self.targets for read in target.reads), default=0)
+        return max((read.pos for target in self.every for read in target.reads), default=0)
+
+
+CONTROL_TOKENS = 512  # control reads see only the item's first this many tokens
+CONTROL_READS = 16  # per facts and tool_calls item
+
+
+def control_reads(ids: np.ndarray) -> tuple[TargetReads, ...]:
+    """Reads whose whole context is the first ``CONTROL_TOKENS`` tokens of the item's text:
+    ``CONTROL_READS`` evenly spaced positions, chosen from the item alone (its length), so
+    a candidate and its baseline read the same ones. Drift there is general damage."""
+    last = min(CONTROL_TOKENS, len(ids) - 1)  # a read at pos sees tokens [0, pos)
+    if last < 1:
+        return ()
+    positions = sorted({max(1, round(last * (n + 1) / CONTROL_READS)) for n in range(CONTROL_READS)})
+    return tuple(TargetReads((Read(0, p, int(ids[p])),)) for p in positions)
 
 
 def item_texts(item: Item) -> tuple[str, ...]:
@@ -161,7 +184,14 @@ def _text_reads(tokenizer: Any, config: str, length: str, item: Item) -> ItemRea
             else:
                 expected = _first_token_cached(tokenizer, t.expected_text)
                 targets.append(TargetReads((Read(0, pos_without, expected), Read(1, pos_with, expected))))
-    return ItemReads(config, length, item, tuple(s.ids for s in encoded), tuple(targets))
+    return _with_controls(ItemReads(config, length, item, tuple(s.ids for s in encoded), tuple(targets)))
+
+
+def _with_controls(plan: ItemReads) -> ItemReads:
+    """Facts and tool_calls items get their control reads (docs/metrics.md#control-reads)."""
+    if isinstance(plan.item, (FactItem, ToolItem)):
+        return replace(plan, controls=control_reads(plan.sequences[0]))
+    return plan
 
 
 def session_reads(tokenizer: Any, config: str, split: str, item: FaithfulnessItem,
@@ -237,7 +267,7 @@ def _ids_reads(config: str, length: str, item: Item, tokenizer: Any = None) -> I
                 raise _missing(item, "qwen_pos_without_rule/qwen_pos_with_rule/qwen_expected_id")
             targets.append(TargetReads((Read(0, at(0, t.qwen_pos_without_rule), t.qwen_expected_id),
                                         Read(1, at(1, t.qwen_pos_with_rule), t.qwen_expected_id))))
-    return ItemReads(config, length, item, tuple(np.asarray(s, dtype=np.int64) for s in sequences), tuple(targets))
+    return _with_controls(ItemReads(config, length, item, tuple(np.asarray(s, dtype=np.int64) for s in sequences), tuple(targets)))
 
 
 # ---------------------------------------------------------------- ids mode: checking every item
