@@ -1,9 +1,12 @@
 """The backend protocol: anything that can read teacher-forced predictions can be scored."""
 from __future__ import annotations
 
+import bisect
 import inspect
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
+# At most this many read positions per forward call: bounds the [reads, vocab] logits.
+MAX_READS_PER_CALL = 256
 TopK = tuple[list[int], list[float]]  # the most likely next tokens at a position and their log-probabilities, most likely first
 
 
@@ -56,3 +59,18 @@ def takes_top_k(method: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return "top_k" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) -> Iterator[tuple[int, int, slice]]:
+    """(start, stop, slice of ``sorted_positions``) per forward call over tokens ``[0, end)``:
+    chunks of at most ``chunk_size`` tokens, cut early once ``MAX_READS_PER_CALL`` reads fall
+    in one."""
+    start, first = 0, 0
+    while start < end:
+        stop = min(start + chunk_size, end)
+        last = bisect.bisect_left(sorted_positions, stop)
+        if last - first > MAX_READS_PER_CALL:
+            last = first + MAX_READS_PER_CALL
+            stop = int(sorted_positions[last - 1]) + 1
+        yield start, stop, slice(first, last)
+        start, first = stop, last

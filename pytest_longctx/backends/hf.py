@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
-from pytest_longctx.backends.base import ReadResult
+from pytest_longctx.backends.base import ReadResult, forward_calls
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -31,8 +31,6 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # hidden size and, for that mask, the chunk times the context read so far; never with
 # the vocabulary (logits exist only at read positions).
 DEFAULT_CHUNK = 8192
-# At most this many read positions per forward call: bounds the [reads, vocab] logits.
-MAX_READS_PER_CALL = 256
 
 
 def _torch():
@@ -206,19 +204,6 @@ class TransformersBackend:
         runs shared prefixes once through it."""
         return Session(self)
 
-    def forward_calls(self, sorted_positions: np.ndarray, end: int):
-        """(start, stop, slice of sorted positions) per forward call: chunks of at most
-        ``chunk_size`` tokens, cut early once ``MAX_READS_PER_CALL`` reads fall in one."""
-        start, first = 0, 0
-        while start < end:
-            stop = min(start + self.chunk_size, end)
-            last = int(np.searchsorted(sorted_positions, stop, side="left"))
-            if last - first > MAX_READS_PER_CALL:
-                last = first + MAX_READS_PER_CALL
-                stop = int(sorted_positions[last - 1]) + 1
-            yield start, stop, slice(first, last)
-            start, first = stop, last
-
     # -------------------------------------------------------------- identity
 
     def weights_fingerprint(self) -> str:
@@ -265,7 +250,7 @@ class Session:
         logprobs: list[list[float]] = [[] for _ in wanted]
         top: list[tuple[list[int], list[float]]] = [([], []) for _ in wanted]
         with torch.inference_mode():
-            for start, stop, picked in backend.forward_calls(wanted[order], len(ids)):
+            for start, stop, picked in forward_calls(wanted[order], len(ids), backend.chunk_size):
                 keep = torch.as_tensor(wanted[order[picked]] - start, device=backend.device)  # [k]
                 out = backend.model(input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep,
                                     **{backend.cache_kwarg: self.cache})
