@@ -1,40 +1,61 @@
-"""Backends: the transformers one (``hf``), or any factory named as ``module:factory`` or
-registered in the ``pytest_longctx.backends`` entry-point group that builds an object with
-``read(ids, positions, tokens)`` (see ``base.Backend``)."""
+"""Backends: the transformers one (``hf``), llama.cpp's (``llama.cpp``), or any factory named as
+``module:factory`` or registered in the ``pytest_longctx.backends`` entry-point group that builds
+an object with ``read(ids, positions, tokens)`` (see ``base.Backend``)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Sequence
 
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError
 
-BUILTIN = {"hf": "pytest_longctx.backends.hf:factory"}
+BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory"}
 
 
-def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto") -> tuple[Any, Any]:
+def backend_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``--backend-option KEY=VALUE`` (repeatable) as a dict; each key once. The backend's
+    factory checks the keys and values it takes."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise LongctxError(f"--backend-option {pair!r}: expected KEY=VALUE, e.g. cache-type-k=q8_0")
+        if key in options:
+            raise LongctxError(f"--backend-option {key}: given twice ({key}={options[key]} and {pair})")
+        options[key] = value.strip()
+    return options
+
+
+def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",
+                 options: Sequence[str] = ()) -> tuple[Any, Any]:
     """(backend, tokenizer) for a model reference.
 
-    ``backend`` is ``hf`` (transformers), an entry point's name or ``module:factory``; the
-    factory is called as ``factory(model=..., dtype=..., device=...)`` and returns the
+    ``backend`` is ``hf`` (transformers), ``llama.cpp``, an entry point's name or
+    ``module:factory``; the factory is called as ``factory(model=..., dtype=..., device=...)``
+    (and ``options={KEY: VALUE}`` when ``--backend-option``s are given) and returns the
     backend; its tokenizer is its ``tokenizer`` attribute (``None`` restricts scoring to the
     ids mode).
     """
+    settings = backend_options(options)
     try:
         factory = resolve(backend, BACKENDS, BUILTIN)
     except RegistryError as exc:
         raise LongctxError(f"--backend {backend}: {exc}") from None
     if not callable(factory):
         raise LongctxError(f"--backend {backend}: names a {type(factory).__name__}, not a factory (a function or class)")
+    arguments: dict[str, Any] = {"model": model, "dtype": dtype, "device": device, **({"options": settings} if settings else {})}
     try:
-        inspect.signature(factory).bind(model=model, dtype=dtype, device=device)
+        inspect.signature(factory).bind(**arguments)
     except TypeError as exc:
+        if settings and "options" not in inspect.signature(factory).parameters:
+            raise LongctxError(f"--backend {backend}: takes no --backend-option (given: {', '.join(settings)})") from None
         raise LongctxError(f"--backend {backend}: the factory cannot be called as factory(model=..., dtype=..., device=...) "
                            f"({exc})") from None
     except ValueError:  # no signature to inspect (a builtin): the call says
         pass
     try:
-        made = factory(model=model, dtype=dtype, device=device)
+        made = factory(**arguments)
     except LongctxError:
         raise
     except Exception as exc:

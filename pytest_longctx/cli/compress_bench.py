@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = sessions(dataset)
     backend = None
     if args.model:
-        backend, _ = load_backend(args.model, args.backend, args.dtype, args.device)
+        backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option)
     reader = Reader.of(backend, args.model)
     progress = None if args.quiet else Progress
     if reader.scorer is not None and any("scorer" in c.needs for c in compressors):

@@ -49,7 +49,9 @@ OPTIONS = (
     Option("html", "write the HTML report here (one self-contained file)", ini=False),
     Option("dtype", "auto (float32 on CPU), float32, bfloat16, float16", "auto"),
     Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", "auto"),
-    Option("backend", "'hf' (transformers) or module:factory", "hf"),
+    Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file) or module:factory", "hf"),
+    Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4, …); repeatable",
+           ini=False, kind="pairs"),
     Option("cache-dir", "where answers of past forward passes are kept (default: the user cache; 'off' to disable)"),
     Option("max-drop", "facts and distant tool calls: largest allowed accuracy drop below the baseline", 0.05, kind="float"),
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
@@ -113,6 +115,7 @@ class GateOptions:
     allow_beyond_context: bool = False
     min_retention_verbatim: float = 1.0
     min_retention_paraphrase: float = 0.95
+    backend_options: tuple[str, ...] = ()  # --longctx-backend-option KEY=VALUE
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -175,7 +178,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         baseline=values["longctx_baseline"], update_baseline=bool(values["longctx_update_baseline"]),
         out=values["longctx_out"], only=bool(values["longctx_only"]),
         allow_beyond_context=bool(values["longctx_allow_beyond_context"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
-        backend=values["longctx_backend"], cache_dir=values["longctx_cache_dir"],
+        backend=values["longctx_backend"], backend_options=values["longctx_backend_option"] or (),
+        cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
                               overrides=tuple(overrides), alpha=values["longctx_alpha"],
