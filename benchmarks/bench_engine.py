@@ -9,8 +9,18 @@ run. Each method runs in a forked child, so its peak memory is its own.
     python benchmarks/bench_engine.py --model tiny --lengths 8k,32k --limit 4
     python benchmarks/bench_engine.py --model smollm2-135m --lengths 2k,8k --limit 2
     python benchmarks/bench_engine.py --single 32768     # one long sequence: memory and time
+    python benchmarks/bench_engine.py --backends --lengths 2k,8k --limit 2 --sets facts,tool_calls
 
 ``tiny`` is a randomly initialised qwen3 with the Qwen3.5 vocabulary (ids mode).
+
+``--backends`` scores the same items with both backends in one process, one after the
+other: the transformers backend on SmolLM2 in float32 (``smollm2-135m``) and the llama.cpp
+backend on the packaged Q4_1 file (``smollm2-135m-gguf``), each through ``score_sets`` as
+the gate runs it; for llama.cpp also the time spent inside ``llama_decode`` (llama.cpp's
+own share; the rest is the engine's overhead). When lm-evaluation-harness is installed
+(``pip install lm-eval``), its ``loglikelihood`` scores the same targets on the same float32
+model, one request (context, continuation) per target as its tasks do, at the lengths of
+``--lm-eval-lengths``.
 """
 from __future__ import annotations
 
@@ -19,6 +29,7 @@ import multiprocessing
 import resource
 import sys
 import time
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -199,6 +210,104 @@ def bench_single(length: int) -> None:
                  for n, r in (("naive (full logits)", naive_result), ("engine (chunked)", lean_result))]))
 
 
+def timed(work: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    done = work()
+    return done, time.perf_counter() - started
+
+
+def headline(results: Any, config: str, length: str) -> float | None:
+    """The metric a set's headline row reads: facts recalled, distant tool calls right."""
+    metrics = results.sets[config][length]
+    return metrics["query_accuracy"] if config == "facts" else metrics["far_accuracy"]
+
+
+def lm_eval_requests(dataset: Any, config: str, length: str) -> list[tuple[str, str, bool]]:
+    """(context, continuation, counted) per target: the text before the target and the target's
+    text, as an lm-evaluation-harness task would pose it; ``counted``: the target enters the
+    headline (every fact; far tool calls)."""
+    requests = []
+    for item in dataset.configs[config][length]:
+        for target in item.targets:
+            span = target.answer_char if config == "facts" else target.char
+            requests.append((item.text[: span[0]], item.text[span[0] : span[1]], config == "facts" or target.far))
+    return requests
+
+
+def split_differently(tokenizer: Any, requests: list[tuple[str, str, bool]]) -> int:
+    """Counted targets whose context, tokenized alone, is not a prefix of the whole text's
+    tokens: there the continuation a harness scores is not the tokens the model reads in the
+    whole text."""
+    differ = 0
+    for context, continuation, counted in requests:
+        alone = tokenizer(context, add_special_tokens=False)["input_ids"]
+        whole = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
+        differ += counted and list(whole[: len(alone)]) != list(alone)
+    return differ
+
+
+def lm_eval_run(folder: str, requests: list[tuple[str, str, bool]]) -> tuple[float | None, float]:
+    """(accuracy over counted targets, seconds) of lm-evaluation-harness's loglikelihood on the
+    float32 model in ``folder``: a target is right when its continuation is the greedy one."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    model = HFLM(pretrained=folder, device="cpu", dtype="float32", batch_size=1)
+    instances = [Instance(request_type="loglikelihood", doc={}, arguments=(context, continuation), idx=n)
+                 for n, (context, continuation, _) in enumerate(requests)]
+    answers, seconds = timed(lambda: model.loglikelihood(instances, disable_tqdm=True))
+    counted = [greedy for (_, greedy), (_, _, count) in zip(answers, requests) if count]
+    return (sum(counted) / len(counted) if counted else None), seconds
+
+
+def bench_backends(args: argparse.Namespace) -> None:
+    import importlib.util
+
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.backends.aliases import resolve_model
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.parse import comma_list
+    from pytest_longctx.reports.format import table
+    from pytest_longctx.scoring import engine
+    from pytest_longctx.scoring.pipeline import score_sets
+    from pytest_longctx.scoring.reads import plan_reads
+
+    hf = load_backend("smollm2-135m", "hf", "float32", "cpu")[0]
+    llama = load_backend("smollm2-135m-gguf", "llama.cpp")[0]
+    with_lm_eval = importlib.util.find_spec("lm_eval") is not None
+    lm_eval_lengths = comma_list(args.lm_eval_lengths)
+    speed, accuracy = [], []
+    for length in comma_list(args.lengths):
+        for config in comma_list(args.sets):
+            dataset = load_dataset(args.data, sets=[config], lengths=[length], limit=args.limit)
+            tokens = engine.forwarded_tokens(plan_reads(dataset, "text", hf.tokenizer))
+            hf_results, hf_seconds = timed(partial(score_sets, hf, hf.tokenizer, dataset, mode="text", progress=False))
+            before = llama.eval_seconds
+            llama_results, llama_seconds = timed(partial(score_sets, llama, llama.tokenizer, dataset, mode="text", progress=False))
+            decode = llama.eval_seconds - before
+            lm_accuracy = lm_seconds = None
+            requests = lm_eval_requests(dataset, config, length)
+            if with_lm_eval and length in lm_eval_lengths:
+                lm_accuracy, lm_seconds = lm_eval_run(resolve_model("smollm2-135m"), requests)
+            speed.append([f"{length} {config}", f"{tokens:,}", f"{hf_seconds:.1f}", f"{tokens / hf_seconds:.0f}",
+                          f"{llama_seconds:.1f}", f"{tokens / llama_seconds:.0f}", f"{decode:.1f}", f"{tokens / decode:.0f}",
+                          f"{100 * (llama_seconds - decode) / llama_seconds:.0f} %",
+                          "not run" if lm_seconds is None else f"{lm_seconds:.1f}",
+                          "" if lm_seconds is None else f"{lm_seconds / hf_seconds:.1f}x"])
+            counted = sum(c for _, _, c in requests)
+            accuracy.append([f"{length} {config}", str(counted), f"{headline(hf_results, config, length):.3f}",
+                             f"{headline(llama_results, config, length):.3f}",
+                             "not run" if lm_accuracy is None else f"{lm_accuracy:.3f}",
+                             str(split_differently(hf.tokenizer, requests))])
+            print(f"{length} {config}: done", file=sys.stderr, flush=True)
+    print(f"data {args.data}, limit {args.limit} items per config and length; {llama.settings.threads} threads for llama.cpp, "
+          f"torch {__import__('torch').get_num_threads()}")
+    print(table(["set", "tokens run", "hf s", "hf tokens/s", "llama.cpp s", "llama.cpp tokens/s", "in llama_decode s",
+                 "llama_decode tokens/s", "engine overhead", "lm-eval s", "lm-eval / hf"], speed))
+    print(table(["set", "targets", "hf (engine)", "llama.cpp Q4_1 (engine)", "lm-eval loglikelihood (hf model)",
+                 "context tokenized apart differs"], accuracy))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="'tiny' or any model the transformers backend loads")
@@ -208,8 +317,14 @@ def main() -> None:
     parser.add_argument("--naive-memory-gb", type=float, default=12.0,
                         help="skip the naive way where its logits alone would need more memory than this")
     parser.add_argument("--single", type=int, metavar="TOKENS", help="measure one sequence of this length instead")
+    parser.add_argument("--backends", action="store_true",
+                        help="the transformers and llama.cpp backends (and lm-evaluation-harness) on SmolLM2 instead")
+    parser.add_argument("--sets", default="facts,tool_calls", help="--backends: facts and/or tool_calls")
+    parser.add_argument("--lm-eval-lengths", default="2k", help="--backends: lengths lm-evaluation-harness runs at")
     args = parser.parse_args()
-    if args.single:
+    if args.backends:
+        bench_backends(args)
+    elif args.single:
         bench_single(args.single)
     else:
         bench_data(args)
