@@ -235,14 +235,16 @@ def lm_eval_requests(dataset: Any, config: str, length: str) -> list[tuple[str, 
 
 
 def split_differently(tokenizer: Any, requests: list[tuple[str, str, bool]]) -> int:
-    """Counted targets whose context, tokenized alone, is not a prefix of the whole text's
-    tokens: there the continuation a harness scores is not the tokens the model reads in the
-    whole text."""
+    """Counted targets a harness scores as other tokens than the model reads in the whole
+    text: the context's trailing whitespace moves onto the continuation (as
+    lm-evaluation-harness does), or the context tokenized alone is no prefix of the whole
+    text's tokens."""
     differ = 0
     for context, continuation, counted in requests:
-        alone = tokenizer(context, add_special_tokens=False)["input_ids"]
+        stripped = context.rstrip()
+        alone = tokenizer(stripped, add_special_tokens=False)["input_ids"]
         whole = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
-        differ += counted and list(whole[: len(alone)]) != list(alone)
+        differ += counted and (stripped != context or list(whole[: len(alone)]) != list(alone))
     return differ
 
 

@@ -109,3 +109,11 @@ def test_the_plugin_takes_backend_options_and_fails_the_gate_with_a_bad_one(pyte
     assert done.ret == 1
     failed = [line for line in done.stdout.lines if "llama.cpp quantizes the V cache only with flash attention" in line]
     assert failed, done.stdout.str()[-3000:]
+
+
+def test_the_default_physical_batch_never_exceeds_the_call():
+    from pytest_longctx.backends.llama_cpp import parse_settings
+
+    assert parse_settings({"batch-size": "64"}).ubatch_size == 64
+    assert parse_settings({"batch-size": "4096"}).ubatch_size == 512
+    assert parse_settings({}).flash is False and parse_settings({"cache-type-v": "q4_0"}).flash is True

@@ -54,7 +54,7 @@ class Settings:
     cache_type_v: str = "f16"
     # auto: off, unless the V cache is quantized (llama.cpp quantizes it only with flash attention).
     # With flash attention, llama.cpp's CPU numbers depend on how the tokens are split into decode
-    # calls (by up to 0.16 nats on SmolLM2 Q4_1, measured), so a read would depend on the prefix
+    # calls (by up to 0.24 nats on SmolLM2 Q4_1: benchmarks/split_invariance.py), so a read would depend on the prefix
     # tree it was run in; without it they are the same bits however the sequence is split.
     flash_attn: str = "auto"
     threads: int = 0  # 0: every core this process may run on
@@ -126,6 +126,8 @@ def parse_settings(options: Mapping[str, str]) -> Settings:
             values[field] = parse(raw)
         except ValueError as exc:
             raise LongctxError(f"--backend-option {key}={raw}: {exc}") from None
+    if "batch_size" in values and "ubatch_size" not in values:  # the default physical step never exceeds the call
+        values["ubatch_size"] = min(Settings.ubatch_size, values["batch_size"])
     settings = Settings(**values)
     if settings.ubatch_size > settings.batch_size:
         raise LongctxError(f"--backend-option ubatch-size={settings.ubatch_size}: larger than batch-size={settings.batch_size}")
