@@ -131,7 +131,9 @@ def main() -> None:
     results = {}
     for name, (model, extra) in candidates.items():
         print(f"gating {name} ...", file=sys.stderr, flush=True)
-        results[name] = gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args])
+        results[name] = code, found, failed = gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args])
+        print(f"{name}: {verdict_word(code == 0)}, {failed} failed tests; "  # kept even if a later candidate never ends
+              + "; ".join(f"{row} {number(value, 2)}" for row, value in found["rows"].items()), file=sys.stderr, flush=True)
     rows = list(next(iter(results.values()))[1]["rows"])
     body = [[row, *(number(res["rows"].get(row), 2) for _, res, _ in results.values())] for row in rows]
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by

@@ -74,3 +74,13 @@ def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) ->
             stop = int(sorted_positions[last - 1]) + 1
         yield start, stop, slice(first, last)
         start, first = stop, last
+
+
+def read_by_session(make_session: Callable[[], Any], ids: Sequence[int], positions: Sequence[int],
+                    tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
+    """``read`` for a backend with sessions: one new session over ``ids`` cut after the last
+    read position (never run past it)."""
+    if not len(positions):
+        return ReadResult([], [], [] if top_k else None)
+    end = int(max(positions)) + 1
+    return make_session().advance(ids[:end], positions, tokens, top_k)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
-from pytest_longctx.backends.base import ReadResult, forward_calls
+from pytest_longctx.backends.base import ReadResult, forward_calls, read_by_session
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -194,10 +194,7 @@ class TransformersBackend:
     # -------------------------------------------------------------- reading
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
-        if not len(positions):
-            return ReadResult([], [], [] if top_k else None)
-        end = int(max(positions)) + 1  # never run past the last read position
-        return self.session().advance(np.asarray(ids[:end], dtype=np.int64), positions, tokens, top_k)
+        return read_by_session(self.session, ids, positions, tokens, top_k)
 
     def session(self) -> Session:
         """A sequence read piece by piece, whose state can be saved and rewound: the engine

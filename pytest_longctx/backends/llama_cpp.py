@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from pytest_longctx.backends.aliases import resolve_model
-from pytest_longctx.backends.base import ReadResult, forward_calls
+from pytest_longctx.backends.base import ReadResult, forward_calls, read_by_session
 from pytest_longctx.errors import LongctxError
 
 # The KV cache types llama.cpp accepts (its --cache-type-k / --cache-type-v), by ggml type name.
@@ -270,10 +270,7 @@ class LlamaCppBackend:
     # -------------------------------------------------------------- reading
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
-        if not len(positions):
-            return ReadResult([], [], [] if top_k else None)
-        end = int(max(positions)) + 1  # never run past the last read position
-        return self.session().advance(np.asarray(ids[:end], dtype=np.int64), positions, tokens, top_k)
+        return read_by_session(self.session, ids, positions, tokens, top_k)
 
     def session(self) -> Session:
         """A sequence read piece by piece whose KV cache can be cut back (or its state saved and
