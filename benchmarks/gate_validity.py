@@ -1,12 +1,21 @@
 """Does the gate pass harmless compression and fail harmful compression? One command:
 
-    python benchmarks/gate_validity.py --lengths 2k --limit 8
+    python benchmarks/gate_validity.py --lengths 2k,8k --limit 4
 
 builds the variants of ``benchmarks/variants.py`` (once, into --variants), runs the real
 gate — ``pytest --longctx-model <variant> --longctx-baseline <baseline>`` — for the model
 itself, every variant and the model with a 4-bit KV cache (``--longctx-backend
-variants:kv_int4``), and prints one table: each headline row's value, the number of
-failed generated tests, and the verdict (pytest's exit status).
+variants:kv_int4``), keeps each run's results JSON in --results, and prints:
+
+* each headline row's value, the number of failed generated tests;
+* per facts and tool-call row, the drift at far / near / control reads (mean KL_K), the
+  far-specific excess with its interval, and the damage kind;
+* the verdict under both rules: the point estimate (pytest's exit status) and
+  ``--longctx-alpha 0.05`` (``longctx compare`` on the same results);
+* with ``--min-effects 1,0.5,0.25``, the rules rows recomputed with each count threshold
+  (``longctx compare --min-effect``), to see which makes them countable.
+
+``--reuse`` reads the results JSON a previous run left in --results instead of gating again.
 """
 from __future__ import annotations
 
@@ -22,29 +31,81 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from variants import VARIANTS, build  # noqa: E402
 
-from pytest_longctx.gate.verdicts import verdict_word
+from pytest_longctx.gate.comparison import compare_files
+from pytest_longctx.gate.results import read_results
+from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
+from pytest_longctx.scoring.scores_file import load_scores
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
+ALPHA = 0.05
 
 
-def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str]) -> tuple[int, dict, int]:
-    """(exit status, results JSON, failed tests) of one pytest run of the gate."""
+def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str], out: Path) -> tuple[int, int]:
+    """(exit status, failed tests) of one pytest run of the gate; its results JSON goes to ``out``."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "results.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
-                   f"--longctx-limit={limit}", f"--longctx-out={out}", *extra]
+                   f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
         failed = sum(1 for line in done.stdout.splitlines() if line.startswith("FAILED"))
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
             raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-        return done.returncode, json.loads(out.read_text()), failed
+        (out.parent / f"{out.stem}.log").write_text(done.stdout)
+        return done.returncode, failed
+
+
+def compared(baseline: Path, results: Path, **thresholds: float) -> object:
+    """``longctx compare BASELINE RESULTS`` in this process: the comparison under other thresholds."""
+    return compare_files(load_scores(baseline, "baseline"), read_results(str(results)), None, Thresholds(**thresholds))
+
+
+def drift_lines(results: dict[str, dict]) -> list[list[str]]:
+    """Per facts and tool-call row with drift: KL at far / near / control reads, the far excess
+    with its interval, and the damage kind, one column per candidate."""
+    first = next(iter(results.values()))
+    names = [name for name in first["drift"] if first["row_sources"][name]["config"] in ("facts", "tool_calls")]
+    lines = []
+    for name in names:
+        short = name.replace("Facts recalled", "facts").replace("Distant tool calls", "tool calls").replace(" tokens", "")
+        cells = {"far / near / control KL": [], "far excess [interval]": [], "damage": []}
+        for res in results.values():
+            found = res["drift"].get(name)
+            if found is None:
+                for column in cells.values():
+                    column.append("n/a")
+                continue
+            cells["far / near / control KL"].append(" / ".join(number(found[g]["kl"], 3) for g in ("far", "near", "control")))
+            interval = found["interval"]
+            cells["far excess [interval]"].append(
+                f"{number(found['difference'], 3)} [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else number(found["difference"], 3))
+            cells["damage"].append(found["kind"] or "n/a")
+        lines += [[f"*{short}: {label}*", *values] for label, values in cells.items()]
+    return lines
+
+
+def min_effect_table(baseline: Path, files: dict[str, Path], values: list[float]) -> str:
+    """The rules rows of every candidate, recomputed with each count threshold."""
+    body = []
+    for value in values:
+        comparisons = {name: compared(baseline, path, min_effect=value) for name, path in files.items()}
+        first = next(iter(comparisons.values())).evaluation
+        for row in (r for r in first.rows if r.startswith("Rules") or "rules" in r):
+            counted = []
+            for comparison in comparisons.values():
+                source = comparison.evaluation.row_sources[row]
+                sets = comparison.evaluation.sets[source["config"]]
+                cell = (sets[source["length"]]["cells"][source["placement"]][source["family"]]
+                        if source.get("placement") and source.get("length") else None)
+                shown = number(comparison.evaluation.rows[row], 2)
+                counted.append(f"{shown} (n={cell['counted']})" if cell is not None else shown)
+            body.append([f"{row} (min effect {value:g})", *counted])
+    return table(["row", *files], body)
 
 
 def context_lines(lengths: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -69,25 +130,43 @@ def main() -> None:
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--only", nargs="*", choices=(*VARIANTS, KV_VARIANT), default=[*VARIANTS, KV_VARIANT])
+    parser.add_argument("--results", type=Path, default=Path("variants/results"), help="where each run's results JSON is kept")
+    parser.add_argument("--reuse", action="store_true", help="read the results a previous run left in --results")
+    parser.add_argument("--min-effects", default="", help="rules count thresholds to recompute the rules rows with, e.g. 1,0.5,0.25")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
-    folders = build(args.model, args.variants, tuple(name for name in args.only if name in VARIANTS))
-    candidates = {"the model itself": (args.model, [])}
-    candidates.update({name: (str(path.resolve()), []) for name, path in folders.items()})  # pytest runs elsewhere
-    if KV_VARIANT in args.only:
-        candidates[KV_VARIANT] = (args.model, ["--longctx-backend=variants:kv_int4"])
-    results = {}
-    for name, (model, extra) in candidates.items():
-        print(f"gating {name} ...", file=sys.stderr, flush=True)
-        results[name] = gate(model, args.baseline, args.lengths, args.limit, [*extra, *args.pytest_args])
-    rows = list(next(iter(results.values()))[1]["rows"])
-    body = [[row, *(number(res["rows"].get(row), 2) for _, res, _ in results.values())] for row in rows]
+    names = ["the model itself", *(name for name in args.only if name in VARIANTS), *([KV_VARIANT] if KV_VARIANT in args.only else [])]
+    files = {name: args.results / f"{name.replace(' ', '-')}.json" for name in names}
+    outcomes: dict[str, tuple[int, int]] = {}
+    if args.reuse:
+        outcomes = {name: (-1, -1) for name in names}
+    else:
+        folders = build(args.model, args.variants, tuple(name for name in args.only if name in VARIANTS))
+        candidates = {"the model itself": (args.model, [])}
+        candidates.update({name: (str(path.resolve()), []) for name, path in folders.items()})  # pytest runs elsewhere
+        if KV_VARIANT in args.only:
+            candidates[KV_VARIANT] = (args.model, ["--longctx-backend=variants:kv_int4"])
+        args.results.mkdir(parents=True, exist_ok=True)
+        for name, (model, extra) in candidates.items():
+            print(f"gating {name} ...", file=sys.stderr, flush=True)
+            outcomes[name] = gate(model, args.baseline, args.lengths, args.limit, [*extra, *args.pytest_args], files[name])
+    results = {name: json.loads(path.read_text()) for name, path in files.items()}
+    rows = list(next(iter(results.values()))["rows"])
+    body = [[row, *(number(res["rows"].get(row), 2) for res in results.values())] for row in rows]
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
-        body.append([label, *(number(dig(res["sets"], path), 2) for _, res, _ in results.values())])
-    body.append(["failed tests", *(str(failed) for _, _, failed in results.values())])
-    body.append(["gate", *(verdict_word(code == 0) for code, _, _ in results.values())])
+        body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
+    body += drift_lines(results)
+    point = {name: compared(args.baseline, path) for name, path in files.items()}
+    alpha = {name: compared(args.baseline, path, alpha=ALPHA) for name, path in files.items()}
+    if not args.reuse:
+        body.append(["failed tests", *(str(failed) for _, failed in outcomes.values())])
+        assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate
+    body.append(["gate (point estimate)", *(point[name].verdict for name in names)])
+    body.append([f"gate (--longctx-alpha {ALPHA:g})", *(alpha[name].verdict for name in names)])
     print(f"model {args.model}; baseline {args.baseline}; lengths {args.lengths}; --longctx-limit {args.limit}")
     print(table(["row", *results], body))
+    if args.min_effects:
+        print(min_effect_table(args.baseline, files, [float(v) for v in comma_list(args.min_effects)]))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,14 @@ html``, then a screenshot of the page's top in headless Chromium (Debian's packa
     longctx score --model ./smollm2-int4 --lengths 8k --reference_scores base.json.gz --out mine.json
     python benchmarks/report_picture.py base.json.gz mine.json --out docs/report.png
 
-    # the picture in the README today: the tests' tiny trained qwen3 and a noisy copy of
-    # it, on the tests' hand-built items (about a minute on a CPU)
-    python benchmarks/report_picture.py --tiny --out docs/report.png
+    # the picture in the README today: SmolLM2 with attention limited to its last 512
+    # tokens, against the committed baseline (the results the validity study leaves)
+    python benchmarks/gate_validity.py --lengths 2k,8k --limit 4 --only window512
+    python benchmarks/report_picture.py baselines/smollm2-135m.json.gz variants/results/window512.json
+
+    # without a model at hand: the tests' tiny trained qwen3 and a noisy copy of it, on the
+    # tests' hand-built items (about a minute on a CPU)
+    python benchmarks/report_picture.py --tiny --out report.png
 
 Run it from the repository root; the file names given are the ones the page shows.
 """

@@ -1,0 +1,138 @@
+"""A row's drift (docs/metrics.md#drift): the candidate's distribution against the baseline's
+at far, near and control reads, how much more it moved far back than near (with a paired
+interval over items), and what kind of damage that is (docs/metrics.md#damage-kinds).
+
+* far-specific: far drift exceeds the near (or control) drift beyond the paired interval,
+  while near and control drift stay within the threshold: the model lost what lies far back;
+* general: near or control drift is itself beyond the threshold, and far drift does not
+  significantly exceed it: the model got worse at everything;
+* both: near or control drift beyond the threshold, and far drift significantly above it;
+* none: no drift beyond the threshold anywhere and no significant far excess: a failing
+  row then rests on hit flips the distributions do not show.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from pytest_longctx.gate.uncertainty import Sample, difference
+from pytest_longctx.metrics.drift import pooled
+
+FAR_SPECIFIC, GENERAL, BOTH, NONE = "far-specific", "general", "both", "none"
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class GroupDrift:
+    """The mean drift of one group of reads (far, near or control)."""
+
+    reads: int
+    kl: float | None  # mean KL_K, nats
+    same_top1: float | None  # share of reads whose arg-max is the baseline's
+    dlogp: float | None  # mean log-probability of the token read, model minus baseline
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A row's drift by group, its far-specific difference and its damage kind."""
+
+    items: int  # items with drift figures
+    far: GroupDrift
+    near: GroupDrift
+    control: GroupDrift
+    against: str  # what far is compared with: "near" where the row has near reads, else "control"
+    difference: float | None  # far - against, mean KL_K
+    interval: Interval | None  # its paired bootstrap 95 % interval over items
+    dlogp_difference: float | None  # far - against, mean Δ log p
+    dlogp_interval: Interval | None
+    threshold: float  # the row's kl threshold: near and control beyond it is general damage
+
+    @property
+    def far_excess(self) -> bool:
+        """Far drift exceeds the near (or control) drift beyond the paired interval."""
+        return self.interval is not None and self.interval[0] > 0
+
+    @property
+    def beyond(self) -> list[str]:
+        """The groups other than far whose mean drift exceeds the threshold."""
+        return [name for name, group in (("near", self.near), ("control", self.control))
+                if group.kl is not None and group.kl > self.threshold + 1e-12]
+
+    @property
+    def kind(self) -> str:
+        """far-specific, general, both or none; empty without far reads (nothing to tell)."""
+        if not self.far.reads:
+            return ""
+        if self.beyond:
+            return BOTH if self.far_excess else GENERAL
+        return FAR_SPECIFIC if self.far_excess else NONE
+
+    def text(self) -> str:
+        """The kind with the figures it rests on, e.g. ``far-specific: near and control within
+        0.050 (near 0.004, control 0.000); far drift 0.310, +0.306 [0.21, 0.40] above near``."""
+        kind = self.kind
+        if not kind:
+            return ""
+        others = f"near {_n(self.near.kl)}, control {_n(self.control.kl)}"
+        excess = f"{_signed(self.difference)} {_interval(self.interval)} against {self.against}"
+        if kind == FAR_SPECIFIC:
+            return f"{kind}: near and control within {self.threshold:.3f} ({others}); far drift {_n(self.far.kl)}, {excess}"
+        if kind == GENERAL:
+            return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}); far drift "
+                    f"{_n(self.far.kl)} not significantly above it ({excess})")
+        if kind == BOTH:
+            return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}), and far drift "
+                    f"{_n(self.far.kl)} significantly above it ({excess})")
+        return (f"{kind} shown by drift: far {_n(self.far.kl)}, {others}, all within {self.threshold:.3f}; far excess "
+                f"{excess}, not significant")
+
+
+def _n(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
+def _interval(interval: Interval | None) -> str:
+    return "[no interval]" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def _group(found: Mapping[str, Any]) -> GroupDrift:
+    return GroupDrift(found["reads"], found["kl"], found["same_top1"], found["dlogp"])
+
+
+def excess(summaries: list[Mapping[str, Any]], against: str, total: str, count: str) -> tuple[Interval, float] | None:
+    """The paired bootstrap (interval, sd) of far minus ``against`` of one figure (``total``
+    over ``count`` reads) over items."""
+    sample = Sample.of((s["far"][total], s["far"][count], s[against][total], s[against][count]) for s in summaries)
+    return difference(sample)
+
+
+def far_sample(summaries: list[Mapping[str, Any]]) -> Sample:
+    """Mean far KL_K over items against zero (the baseline's KL to itself), for its interval and bound."""
+    return Sample.of((s["far"]["kl"], s["far"]["reads"], 0.0, s["far"]["reads"]) for s in summaries)
+
+
+def summaries_of(metrics: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], bool]) -> list[Mapping[str, Any]]:
+    """The drift summaries of the items of one set's ``per_item`` that ``keep`` accepts (items
+    without one, read without the baseline's top-k or elsewhere, are left out)."""
+    return [entry["drift"] for entry in metrics.get("per_item", {}).values() if "drift" in entry and keep(entry)]
+
+
+def row_drift(summaries: list[Mapping[str, Any]], threshold: float) -> Drift | None:
+    """A row's drift from its items' summaries; None without any."""
+    if not summaries:
+        return None
+    groups = pooled(summaries)
+    against = "near" if groups["near"]["reads"] else "control"
+    far, other = groups["far"], groups[against]
+    kl_found = excess(summaries, against, "kl", "reads")
+    dlogp_found = excess(summaries, against, "dlogp", "dlogp_reads")
+    return Drift(
+        items=len(summaries), far=_group(far), near=_group(groups["near"]), control=_group(groups["control"]), against=against,
+        difference=None if far["kl"] is None or other["kl"] is None else far["kl"] - other["kl"],
+        interval=kl_found[0] if kl_found else None,
+        dlogp_difference=None if far["dlogp"] is None or other["dlogp"] is None else far["dlogp"] - other["dlogp"],
+        dlogp_interval=dlogp_found[0] if dlogp_found else None, threshold=threshold)
