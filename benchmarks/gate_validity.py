@@ -29,15 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from variants import VARIANTS, build  # noqa: E402
-
 from pytest_longctx.gate.comparison import compare_files
 from pytest_longctx.gate.results import read_results
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
+from pytest_longctx.reports.text import failing_rows
 from pytest_longctx.scoring.scores_file import load_scores
+from variants import VARIANTS, build  # noqa: E402
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
@@ -65,26 +65,25 @@ def compared(baseline: Path, results: Path, **thresholds: float) -> object:
     return compare_files(load_scores(baseline, "baseline"), read_results(str(results)), None, Thresholds(**thresholds))
 
 
-def drift_lines(results: dict[str, dict]) -> list[list[str]]:
-    """Per facts and tool-call row with drift: KL at far / near / control reads, the far excess
-    with its interval, and the damage kind, one column per candidate."""
-    first = next(iter(results.values()))
-    names = [name for name in first["drift"] if first["row_sources"][name]["config"] in ("facts", "tool_calls")]
+def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
+    """Per facts and tool-call row: KL at far / near / control reads, the far excess with its
+    interval, and the damage kind of the failing ones, one column per candidate."""
+    first = next(iter(comparisons.values())).evaluation
+    names = [name for name in first.drift if first.row_sources[name]["config"] in ("facts", "tool_calls")]
     lines = []
     for name in names:
         short = name.replace("Facts recalled", "facts").replace("Distant tool calls", "tool calls").replace(" tokens", "")
-        cells = {"far / near / control KL": [], "far excess [interval]": [], "damage": []}
-        for res in results.values():
-            found = res["drift"].get(name)
+        cells: dict[str, list[str]] = {"far / near / control KL": [], "far excess [interval]": [], "damage (failing rows)": []}
+        for comparison in comparisons.values():
+            found = comparison.evaluation.drift.get(name)
             if found is None:
                 for column in cells.values():
                     column.append("n/a")
                 continue
-            cells["far / near / control KL"].append(" / ".join(number(found[g]["kl"], 3) for g in ("far", "near", "control")))
-            interval = found["interval"]
-            cells["far excess [interval]"].append(
-                f"{number(found['difference'], 3)} [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else number(found["difference"], 3))
-            cells["damage"].append(found["kind"] or "n/a")
+            cells["far / near / control KL"].append(" / ".join(number(getattr(found, g).kl, 4) for g in ("far", "near", "control")))
+            interval = f" [{found.interval[0]:.2f}, {found.interval[1]:.2f}]" if found.interval else ""
+            cells["far excess [interval]"].append(f"{number(found.difference, 4)}{interval} vs {found.against}")
+            cells["damage (failing rows)"].append((found.kind or "n/a") if name in failing_rows(comparison.evaluation) else "-")
         lines += [[f"*{short}: {label}*", *values] for label, values in cells.items()]
     return lines
 
@@ -151,13 +150,13 @@ def main() -> None:
             print(f"gating {name} ...", file=sys.stderr, flush=True)
             outcomes[name] = gate(model, args.baseline, args.lengths, args.limit, [*extra, *args.pytest_args], files[name])
     results = {name: json.loads(path.read_text()) for name, path in files.items()}
+    point = {name: compared(args.baseline, path) for name, path in files.items()}
+    alpha = {name: compared(args.baseline, path, alpha=ALPHA) for name, path in files.items()}
     rows = list(next(iter(results.values()))["rows"])
     body = [[row, *(number(res["rows"].get(row), 2) for res in results.values())] for row in rows]
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
         body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
-    body += drift_lines(results)
-    point = {name: compared(args.baseline, path) for name, path in files.items()}
-    alpha = {name: compared(args.baseline, path, alpha=ALPHA) for name, path in files.items()}
+    body += drift_lines(point)
     if not args.reuse:
         body.append(["failed tests", *(str(failed) for _, failed in outcomes.values())])
         assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate

@@ -236,3 +236,43 @@ def test_the_drift_block_is_compact(baseline):
              for _, _, _, s in baseline.items()]
     assert max(sizes) < 12  # bytes per kept token: an int32 id and a float32 log-probability, base64
     assert np.isfinite(sizes).all()
+
+
+def summary(far_kl: float, reads: int = 10) -> dict:
+    """One item's drift summary (metrics/drift.py item_summary) with mean far KL ``far_kl``."""
+    def group(kl, n):
+        return {"reads": n, "kl": kl * n, "same_top1": n, "dlogp_reads": n, "dlogp": 0.0, "nonfinite": 0}
+
+    return {"far": group(far_kl, reads), "near": group(0.0, 0), "control": group(0.0, reads)}
+
+
+def drift_check(far_kls: list[float], **thresholds):
+    from pytest_longctx.gate.verdicts import drift_verdicts
+    from pytest_longctx.metrics.drift import pooled
+
+    per_item = {f"i{n}": {"drift": summary(kl)} for n, kl in enumerate(far_kls)}
+    sets = {"tool_calls": {"2k": {"drift": pooled(e["drift"] for e in per_item.values()), "per_item": per_item}}}
+    found, checks = drift_verdicts(ROW, {"config": "tool_calls", "length": "2k", "metric": "far_accuracy"}, sets,
+                                   Thresholds(**thresholds), [])
+    (check,) = checks
+    return found, check
+
+
+def test_alpha_passes_a_drift_just_over_its_threshold_and_keeps_a_large_one_failing():
+    noisy = [0.0, 0.15, 0.0, 0.12, 0.01, 0.05, 0.0, 0.17]  # mean 0.0625, above 0.05 but not significantly
+    _, point = drift_check(noisy, kl=0.05)
+    _, lenient = drift_check(noisy, kl=0.05, alpha=0.05)
+    assert point.model == pytest.approx(0.0625) and not point.passed
+    assert lenient.bound is not None and lenient.bound >= 0 and lenient.passed
+    assert "shortfall not significant (upper 95% bound of threshold - kl" in lenient.message()
+    _, far_over = drift_check([0.3, 0.32, 0.28, 0.31], kl=0.05, alpha=0.05)
+    assert far_over.bound < 0 and not far_over.passed and far_over.interval[0] > 0.05
+
+
+def test_a_kl_override_sets_the_drift_threshold_of_the_rows_it_names():
+    from pytest_longctx.gate.thresholds import parse_overrides
+
+    found, check = drift_check([0.08, 0.09], kl=0.05, overrides=parse_overrides(["tool_calls-*:kl=0.1"], "test"))
+    assert check.threshold == 0.1 == found.threshold and check.passed and check.needs == "<= 0.100"
+    _, strict = drift_check([0.08, 0.09], kl=0.05)
+    assert not strict.passed and f"damage {found.kind}" in strict.message() and found.kind == FAR_SPECIFIC

@@ -40,7 +40,7 @@ class Drift:
     far: GroupDrift
     near: GroupDrift
     control: GroupDrift
-    against: str  # what far is compared with: "near" where the row has near reads, else "control"
+    against: str  # what far is compared with: "near" where every item of the row has near reads, else "control"
     difference: float | None  # far - against, mean KL_K
     interval: Interval | None  # its paired bootstrap 95 % interval over items
     dlogp_difference: float | None  # far - against, mean Δ log p
@@ -126,7 +126,8 @@ def row_drift(summaries: list[Mapping[str, Any]], threshold: float) -> Drift | N
     if not summaries:
         return None
     groups = pooled(summaries)
-    against = "near" if groups["near"]["reads"] else "control"
+    # like with like where every item has near reads to resample; else the control reads every item has
+    against = "near" if all(s["near"]["reads"] for s in summaries) else "control"
     far, other = groups["far"], groups[against]
     kl_found = excess(summaries, against, "kl", "reads")
     dlogp_found = excess(summaries, against, "dlogp", "dlogp_reads")

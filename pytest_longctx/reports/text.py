@@ -54,7 +54,7 @@ def gate_table(evaluation: Any) -> str:
 
 
 DRIFT_HEADERS = ["row", "far KL", "near KL", "control KL", "far - near/control KL", "same top-1 far", "Δ log p far",
-                 "threshold", "verdict", "damage"]
+                 "threshold", "verdict", "damage (failing rows)"]
 
 
 def drift_check(evaluation: Any, name: str) -> Any:
@@ -62,9 +62,15 @@ def drift_check(evaluation: Any, name: str) -> Any:
     return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}: drift at far reads"), None)
 
 
+def failing_rows(evaluation: Any) -> set[str]:
+    """The rows with a failing check (the row's own, or its drift check)."""
+    return {v.label.removesuffix(": drift at far reads") for v in evaluation.verdicts if v.applicable and not v.passed}
+
+
 def drift_rows(evaluation: Any) -> list[list[str]]:
     """One line per row with drift figures: KL_K by group, the far excess with its interval,
-    the same top-1 rate and Δ log p at far reads, the check and the damage kind."""
+    the same top-1 rate and Δ log p at far reads, the check, and the damage kind of a failing row."""
+    failing = failing_rows(evaluation)
     lines = []
     for name, found in evaluation.drift.items():
         check = drift_check(evaluation, name)
@@ -72,13 +78,14 @@ def drift_rows(evaluation: Any) -> list[list[str]]:
                   if found.difference is not None else "")
         lines.append([name, number(found.far.kl), number(found.near.kl), number(found.control.kl), excess,
                       number(found.far.same_top1), number(found.far.dlogp),
-                      check.needs if check else "-", check.word if check else "-", found.kind or NA])
+                      check.needs if check else "-", check.word if check else "-",
+                      (found.kind or NA) if name in failing else "-"])
     return lines
 
 
 def damage_lines(evaluation: Any) -> list[str]:
     """What kind of damage each failing row shows, with the figures it rests on."""
-    failing = {v.label.removesuffix(": drift at far reads") for v in evaluation.verdicts if v.applicable and not v.passed}
+    failing = failing_rows(evaluation)
     return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if name in failing and found.kind]
 
 
