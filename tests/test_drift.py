@@ -168,20 +168,22 @@ def test_a_candidate_damaged_far_back_is_far_specific_and_one_damaged_everywhere
         assert found.near.kl > 0.05 and found.control.kl > 0.05 and found.interval[0] <= 0
 
 
-def drift_of(far: float, near: float, control: float, interval: tuple[float, float] | None) -> Drift:
+def drift_of(far: float, near: float, control: float, interval: tuple[float, float] | None,
+             doubled: tuple[float, float] | None) -> Drift:
     def group(kl):
         return GroupDrift(10, kl, 1.0, 0.0)
 
-    return Drift(4, group(far), group(near), group(control), "near", far - near, interval, 0.0, None, 0.05)
+    return Drift(4, group(far), group(near), group(control), "near", far - near, interval, doubled, 0.0, None, 0.05)
 
 
 @pytest.mark.parametrize("figures, kind", [
-    ((0.30, 0.01, 0.00, (0.20, 0.40)), FAR_SPECIFIC),
-    ((0.30, 0.20, 0.10, (-0.05, 0.25)), GENERAL),
-    ((0.30, 0.01, 0.10, (-0.02, 0.50)), GENERAL),
-    ((0.90, 0.20, 0.10, (0.50, 0.90)), BOTH),
-    ((0.03, 0.01, 0.00, (-0.01, 0.05)), NONE),
-    ((0.30, 0.01, 0.00, None), NONE),
+    ((0.30, 0.01, 0.00, (0.20, 0.40), (0.18, 0.39)), FAR_SPECIFIC),
+    ((0.30, 0.20, 0.10, (-0.05, 0.25), (-0.3, 0.05)), GENERAL),
+    ((0.30, 0.01, 0.10, (-0.02, 0.50), (-0.04, 0.49)), GENERAL),
+    ((12.4, 9.3, 9.2, (2.0, 3.9), (-7.4, -5.1)), GENERAL),  # damaged everywhere, far more in nats only
+    ((0.90, 0.20, 0.10, (0.50, 0.90), (0.30, 0.70)), BOTH),
+    ((0.03, 0.01, 0.00, (-0.01, 0.05), (-0.02, 0.04)), NONE),
+    ((0.30, 0.01, 0.00, None, None), NONE),
 ])
 def test_the_damage_kind_follows_the_stated_rule(figures, kind):
     assert drift_of(*figures).kind == kind

@@ -69,8 +69,8 @@ def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
     assert set(drift_table) == set(results["drift"])
     for name, found in results["drift"].items():
         check = verdicts.get(f"{name}: drift at far reads")
-        failing = "FAIL" in (verdicts[name]["verdict"], check["verdict"] if check else "")
-        assert drift_table[name][-2:] == [check["verdict"] if check else "-", (found["kind"] or "n/a") if failing else "-"]
+        fails = "FAIL" in (verdicts[name]["verdict"], check["verdict"] if check else "")
+        assert drift_table[name][-2:] == [check["verdict"] if check else "-", (found["kind"] or "n/a") if fails else "-"]
     failing_cells = {v["key"] for v in results["verdicts"]
                      if v["verdict"] == "FAIL" and v["label"] not in results["rows"] and v["metric"] != "kl"}
     listed = [line for line in failing.splitlines() if line.startswith("- ")]
@@ -143,7 +143,7 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
     headline = page.tables["headline-table"]
     assert headline[0] == ["row", "baseline", "model", "delta", "threshold", "verdict"]
     assert {row[0]: row[2] for row in headline[1:]} == {name: f"{v:.3f}" for name, v in results["rows"].items()}
-    assert page.figures == {"distance-plot": True, "effects-plot-rules_en": True, "effects-plot-rules_cs": True,
+    assert page.figures == {"drift-plot": True, "distance-plot": True, "effects-plot-rules_en": True, "effects-plot-rules_cs": True,
                             "effects-plot-rules_de": True}
     assert len(page.tables["rules-table"]) == 1 + 3 * 2 * 4  # configs x placements x (all + 3 families)
 

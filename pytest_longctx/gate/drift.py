@@ -4,11 +4,17 @@ interval over items), and what kind of damage that is (docs/metrics.md#damage-ki
 
 * far-specific: far drift exceeds the near (or control) drift beyond the paired interval,
   while near and control drift stay within the threshold: the model lost what lies far back;
-* general: near or control drift is itself beyond the threshold, and far drift does not
-  significantly exceed it: the model got worse at everything;
-* both: near or control drift beyond the threshold, and far drift significantly above it;
+* general: near or control drift is itself beyond the threshold, and far drift is not
+  significantly more than twice it: the model got worse at everything;
+* both: near or control drift beyond the threshold, and far drift significantly more than
+  twice it;
 * none: no drift beyond the threshold anywhere and no significant far excess: a failing
   row then rests on hit flips the distributions do not show.
+
+Why twice, once the model is damaged everywhere: KL grows with how sure the baseline was,
+and the baseline is surer at a target (an answer, a tool name) than at an ordinary
+position of its text, so under damage that hits every read alike, far reads drift more in
+nats than control reads do (SmolLM2 with 2-bit weights: 12.4 against 9.3 at 8k).
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ class Drift:
     against: str  # what far is compared with: "near" where every item of the row has near reads, else "control"
     difference: float | None  # far - against, mean KL_K
     interval: Interval | None  # its paired bootstrap 95 % interval over items
+    doubled: Interval | None  # the interval of far - 2 x against: is far drift more than twice the other?
     dlogp_difference: float | None  # far - against, mean Δ log p
     dlogp_interval: Interval | None
     threshold: float  # the row's kl threshold: near and control beyond it is general damage
@@ -51,6 +58,11 @@ class Drift:
     def far_excess(self) -> bool:
         """Far drift exceeds the near (or control) drift beyond the paired interval."""
         return self.interval is not None and self.interval[0] > 0
+
+    @property
+    def far_dominant(self) -> bool:
+        """Far drift is significantly more than twice the near (or control) drift."""
+        return self.doubled is not None and self.doubled[0] > 0
 
     @property
     def beyond(self) -> list[str]:
@@ -64,7 +76,7 @@ class Drift:
         if not self.far.reads:
             return ""
         if self.beyond:
-            return BOTH if self.far_excess else GENERAL
+            return BOTH if self.far_dominant else GENERAL
         return FAR_SPECIFIC if self.far_excess else NONE
 
     def text(self) -> str:
@@ -77,12 +89,13 @@ class Drift:
         excess = f"{_signed(self.difference)} {_interval(self.interval)} against {self.against}"
         if kind == FAR_SPECIFIC:
             return f"{kind}: near and control within {self.threshold:.3f} ({others}); far drift {_n(self.far.kl)}, {excess}"
+        doubled = f"far - 2 x {self.against} {_interval(self.doubled)}"
         if kind == GENERAL:
             return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}); far drift "
-                    f"{_n(self.far.kl)} not significantly above it ({excess})")
+                    f"{_n(self.far.kl)} not significantly more than twice the {self.against} drift ({excess}; {doubled})")
         if kind == BOTH:
             return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}), and far drift "
-                    f"{_n(self.far.kl)} significantly above it ({excess})")
+                    f"{_n(self.far.kl)} significantly more than twice the {self.against} drift ({excess}; {doubled})")
         return (f"{kind} shown by drift: far {_n(self.far.kl)}, {others}, all within {self.threshold:.3f}; far excess "
                 f"{excess}, not significant")
 
@@ -103,10 +116,11 @@ def _group(found: Mapping[str, Any]) -> GroupDrift:
     return GroupDrift(found["reads"], found["kl"], found["same_top1"], found["dlogp"])
 
 
-def excess(summaries: list[Mapping[str, Any]], against: str, total: str, count: str) -> tuple[Interval, float] | None:
-    """The paired bootstrap (interval, sd) of far minus ``against`` of one figure (``total``
-    over ``count`` reads) over items."""
-    sample = Sample.of((s["far"][total], s["far"][count], s[against][total], s[against][count]) for s in summaries)
+def excess(summaries: list[Mapping[str, Any]], against: str, total: str, count: str,
+           times: float = 1.0) -> tuple[Interval, float] | None:
+    """The paired bootstrap (interval, sd) over items of far minus ``times`` x ``against`` of
+    one figure (``total`` over ``count`` reads)."""
+    sample = Sample.of((s["far"][total], s["far"][count], times * s[against][total], s[against][count]) for s in summaries)
     return difference(sample)
 
 
@@ -130,10 +144,11 @@ def row_drift(summaries: list[Mapping[str, Any]], threshold: float) -> Drift | N
     against = "near" if all(s["near"]["reads"] for s in summaries) else "control"
     far, other = groups["far"], groups[against]
     kl_found = excess(summaries, against, "kl", "reads")
+    doubled = excess(summaries, against, "kl", "reads", times=2.0)
     dlogp_found = excess(summaries, against, "dlogp", "dlogp_reads")
     return Drift(
         items=len(summaries), far=_group(far), near=_group(groups["near"]), control=_group(groups["control"]), against=against,
         difference=None if far["kl"] is None or other["kl"] is None else far["kl"] - other["kl"],
-        interval=kl_found[0] if kl_found else None,
+        interval=kl_found[0] if kl_found else None, doubled=doubled[0] if doubled else None,
         dlogp_difference=None if far["dlogp"] is None or other["dlogp"] is None else far["dlogp"] - other["dlogp"],
         dlogp_interval=dlogp_found[0] if dlogp_found else None, threshold=threshold)
