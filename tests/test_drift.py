@@ -165,7 +165,7 @@ def test_a_candidate_damaged_far_back_is_far_specific_and_one_damaged_everywhere
         assert found.near.kl == pytest.approx(0.0, abs=1e-9) and found.control.kl == pytest.approx(0.0, abs=1e-9)
         assert found.interval[0] > 0
     else:
-        assert found.near.kl > 0.05 and found.control.kl > 0.05 and found.interval[0] <= 0
+        assert found.near.kl > 0.05 and found.control.kl > 0.05 and found.doubled[0] <= 0
 
 
 def drift_of(far: float, near: float, control: float, interval: tuple[float, float] | None,
@@ -178,11 +178,13 @@ def drift_of(far: float, near: float, control: float, interval: tuple[float, flo
 
 @pytest.mark.parametrize("figures, kind", [
     ((0.30, 0.01, 0.00, (0.20, 0.40), (0.18, 0.39)), FAR_SPECIFIC),
+    ((1.80, 0.17, 0.00, (1.48, 1.82), (1.20, 1.60)), FAR_SPECIFIC),  # near reads past a 512-token window drift too
     ((0.30, 0.20, 0.10, (-0.05, 0.25), (-0.3, 0.05)), GENERAL),
     ((0.30, 0.01, 0.10, (-0.02, 0.50), (-0.04, 0.49)), GENERAL),
     ((12.4, 9.3, 9.2, (2.0, 3.9), (-7.4, -5.1)), GENERAL),  # damaged everywhere, far more in nats only
     ((0.90, 0.20, 0.10, (0.50, 0.90), (0.30, 0.70)), BOTH),
     ((0.03, 0.01, 0.00, (-0.01, 0.05), (-0.02, 0.04)), NONE),
+    ((0.30, 0.20, 0.00, (-0.05, 0.25), (-0.3, 0.05)), NONE),  # long-context drift, the same at every distance
     ((0.30, 0.01, 0.00, None, None), NONE),
 ])
 def test_the_damage_kind_follows_the_stated_rule(figures, kind):

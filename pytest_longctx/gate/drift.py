@@ -2,14 +2,17 @@
 at far, near and control reads, how much more it moved far back than near (with a paired
 interval over items), and what kind of damage that is (docs/metrics.md#damage-kinds).
 
-* far-specific: far drift exceeds the near (or control) drift beyond the paired interval,
-  while near and control drift stay within the threshold: the model lost what lies far back;
-* general: near or control drift is itself beyond the threshold, and far drift is not
-  significantly more than twice it: the model got worse at everything;
-* both: near or control drift beyond the threshold, and far drift significantly more than
-  twice it;
-* none: no drift beyond the threshold anywhere and no significant far excess: a failing
-  row then rests on hit flips the distributions do not show.
+Control reads see only an item's first 512 tokens: their drift is the floor of general
+damage. Far drift is compared like with like, with near reads where every item has them,
+else with control reads.
+
+* far-specific: control drift within the threshold, and far drift above the near (or
+  control) drift beyond the paired interval: the model lost what lies far back;
+* general: control drift beyond the threshold, and far drift not significantly more than
+  twice the near (or control) drift: the model got worse at everything;
+* both: control drift beyond the threshold, and far drift significantly more than twice it;
+* none: control drift within the threshold and no significant far excess: a failing row
+  then rests on hit flips (or on drift the same at every distance).
 
 Why twice, once the model is damaged everywhere: KL grows with how sure the baseline was,
 and the baseline is surer at a target (an answer, a tool name) than at an ordinary
@@ -52,7 +55,7 @@ class Drift:
     doubled: Interval | None  # the interval of far - 2 x against: is far drift more than twice the other?
     dlogp_difference: float | None  # far - against, mean Δ log p
     dlogp_interval: Interval | None
-    threshold: float  # the row's kl threshold: near and control beyond it is general damage
+    threshold: float  # the row's kl threshold: control drift beyond it is general damage
 
     @property
     def far_excess(self) -> bool:
@@ -65,39 +68,45 @@ class Drift:
         return self.doubled is not None and self.doubled[0] > 0
 
     @property
-    def beyond(self) -> list[str]:
-        """The groups other than far whose mean drift exceeds the threshold."""
-        return [name for name, group in (("near", self.near), ("control", self.control))
-                if group.kl is not None and group.kl > self.threshold + 1e-12]
+    def floor(self) -> GroupDrift:
+        """The reads that tell general damage: the control reads, or the near ones where a row has
+        no control reads (rules, agent sessions)."""
+        return self.control if self.control.reads else self.near
+
+    @property
+    def general(self) -> bool:
+        """Drift beyond the threshold where nothing far back matters."""
+        return self.floor.kl is not None and self.floor.kl > self.threshold + 1e-12
 
     @property
     def kind(self) -> str:
         """far-specific, general, both or none; empty without far reads (nothing to tell)."""
         if not self.far.reads:
             return ""
-        if self.beyond:
+        if self.general:
             return BOTH if self.far_dominant else GENERAL
         return FAR_SPECIFIC if self.far_excess else NONE
 
     def text(self) -> str:
-        """The kind with the figures it rests on, e.g. ``far-specific: near and control within
-        0.050 (near 0.004, control 0.000); far drift 0.310, +0.306 [0.21, 0.40] above near``."""
+        """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
+        0.050 (near 0.167); far drift 1.803, +1.636 [1.48, 1.82] against near``."""
         kind = self.kind
         if not kind:
             return ""
-        others = f"near {_n(self.near.kl)}, control {_n(self.control.kl)}"
+        floor = "control" if self.control.reads else "near"
+        level = f"{floor} drift {_n(self.floor.kl)} {'beyond' if self.general else 'within'} {self.threshold:.3f}"
+        others = f"near {_n(self.near.kl)}" if self.control.reads else "no control reads"
         excess = f"{_signed(self.difference)} {_interval(self.interval)} against {self.against}"
-        if kind == FAR_SPECIFIC:
-            return f"{kind}: near and control within {self.threshold:.3f} ({others}); far drift {_n(self.far.kl)}, {excess}"
         doubled = f"far - 2 x {self.against} {_interval(self.doubled)}"
+        if kind == FAR_SPECIFIC:
+            return f"{kind}: {level} ({others}); far drift {_n(self.far.kl)}, {excess}"
         if kind == GENERAL:
-            return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}); far drift "
-                    f"{_n(self.far.kl)} not significantly more than twice the {self.against} drift ({excess}; {doubled})")
+            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} not significantly more than twice the "
+                    f"{self.against} drift ({excess}; {doubled})")
         if kind == BOTH:
-            return (f"{kind}: {' and '.join(self.beyond)} drift beyond {self.threshold:.3f} ({others}), and far drift "
-                    f"{_n(self.far.kl)} significantly more than twice the {self.against} drift ({excess}; {doubled})")
-        return (f"{kind} shown by drift: far {_n(self.far.kl)}, {others}, all within {self.threshold:.3f}; far excess "
-                f"{excess}, not significant")
+            return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} significantly more than twice the "
+                    f"{self.against} drift ({excess}; {doubled})")
+        return f"{kind} shown by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
 
 
 def _n(value: float | None) -> str:
