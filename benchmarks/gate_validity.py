@@ -88,10 +88,27 @@ def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
     return lines
 
 
+def baseline_effects(baseline: Path) -> dict[tuple[str, str], list[float]]:
+    """(config, length) -> the baseline's own rule effect at each scored rules target, nats."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for config, length, _, item in load_scores(baseline, "baseline").items():
+        if config.startswith("rules"):
+            found.setdefault((config, length), []).extend(
+                t["score_with"] - t["score_without"] for t in item.targets if t.get("score_with") is not None
+                and t.get("score_without") is not None)
+    return found
+
+
 def min_effect_table(baseline: Path, files: dict[str, Path], values: list[float]) -> str:
-    """The rules rows of every candidate, recomputed with each count threshold."""
+    """The rules rows of every candidate, recomputed with each count threshold, after the
+    number of the baseline's own rules targets that threshold counts."""
+    effects = baseline_effects(baseline)
+    everything = [e for found in effects.values() for e in found]
     body = []
     for value in values:
+        per = max(sum(abs(e) >= value for e in found) for found in effects.values())
+        body.append([f"baseline targets counted at {value:g} nats (of {len(everything)}; most per config and length)",
+                     f"{sum(abs(e) >= value for e in everything)} ({per})", *[""] * (len(files) - 1)])
         comparisons = {name: compared(baseline, path, min_effect=value) for name, path in files.items()}
         first = next(iter(comparisons.values())).evaluation
         for row in (r for r in first.rows if r.startswith("Rules") or "rules" in r):
