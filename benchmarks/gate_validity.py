@@ -1,12 +1,21 @@
 """Does the gate pass harmless compression and fail harmful compression? One command:
 
-    python benchmarks/gate_validity.py --lengths 2k --limit 8
-    python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 4 --sets facts,tool_calls
+    python benchmarks/gate_validity.py --lengths 2k,8k --limit 4
+    python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 1 --sets facts,tool_calls
 
 builds the variants (once, into --variants), runs the real gate — ``pytest --longctx-model
-<variant> --longctx-baseline <baseline>`` — for the model itself and every variant, and
-prints one table: each headline row's value, the number of failed generated tests, and the
-verdict (pytest's exit status).
+<variant> --longctx-baseline <baseline>`` — for the model itself and every variant, keeps
+each run's results JSON in --results, and prints:
+
+* each headline row's value, the number of failed generated tests;
+* per facts and tool-call row, the drift at far / near / control reads (mean KL_K), the
+  far-specific excess with its interval, and the damage kind;
+* the verdict under both rules: the point estimate (pytest's exit status) and
+  ``--longctx-alpha 0.05`` (``longctx compare`` on the same results);
+* with ``--min-effects 1,0.5,0.25``, the rules rows recomputed with each count threshold
+  (``longctx compare --min-effect``), to see which makes them countable.
+
+``--reuse`` reads the results JSON a previous run left in --results instead of gating again.
 
 * ``--backend hf``: the transformers variants of ``benchmarks/variants.py`` and the model
   with a 4-bit KV cache (``--longctx-backend variants:kv_int4``), against the committed
@@ -34,33 +43,102 @@ import gguf_variants  # noqa: E402
 from variants import VARIANTS, build  # noqa: E402
 
 from pytest_longctx.backends.aliases import smollm2_gguf
-from pytest_longctx.gate.verdicts import verdict_word
+from pytest_longctx.gate.comparison import compare_files
+from pytest_longctx.gate.results import read_results
+from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
+from pytest_longctx.reports.text import failing_rows
+from pytest_longctx.scoring.scores_file import load_scores
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
+ALPHA = 0.05
 # llama.cpp's quantized KV caches: (cache-type-k, cache-type-v)
 KV_CACHES = {"kv-q8_0": ("q8_0", "q8_0"), "kv-q4_0": ("q4_0", "q4_0")}
-LLAMA_REFERENCE = "F32"
+REFERENCE = "F32 (reference)"
 PACKAGED = "Q4_1"  # the packaged file the F32 reference was dequantized from
 
 
-def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str]) -> tuple[int, dict, int]:
-    """(exit status, results JSON, failed tests) of one pytest run of the gate."""
+def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str], out: Path) -> tuple[int, int]:
+    """(exit status, failed tests) of one pytest run of the gate; its results JSON goes to ``out``."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "results.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
-                   f"--longctx-limit={limit}", f"--longctx-out={out}", *extra]
+                   f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
         failed = sum(1 for line in done.stdout.splitlines() if line.startswith("FAILED"))
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
             raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-        return done.returncode, json.loads(out.read_text()), failed
+        (out.parent / f"{out.stem}.log").write_text(done.stdout)
+        return done.returncode, failed
+
+
+def compared(baseline: Path, results: Path, **thresholds: float) -> object:
+    """``longctx compare BASELINE RESULTS`` in this process: the comparison under other thresholds."""
+    return compare_files(load_scores(baseline, "baseline"), read_results(str(results)), None, Thresholds(**thresholds))
+
+
+def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
+    """Per facts and tool-call row: KL at far / near / control reads, the far excess with its
+    interval, and the damage kind of the failing ones, one column per candidate."""
+    first = next(iter(comparisons.values())).evaluation
+    names = [name for name in first.drift if first.row_sources[name]["config"] in ("facts", "tool_calls")]
+    lines = []
+    for name in names:
+        short = name.replace("Facts recalled", "facts").replace("Distant tool calls", "tool calls").replace(" tokens", "")
+        cells: dict[str, list[str]] = {"far / near / control KL": [], "far excess [interval]": [], "damage (failing rows)": []}
+        for comparison in comparisons.values():
+            found = comparison.evaluation.drift.get(name)
+            if found is None:
+                for column in cells.values():
+                    column.append("n/a")
+                continue
+            cells["far / near / control KL"].append(" / ".join(number(getattr(found, g).kl, 4) for g in ("far", "near", "control")))
+            interval = f" [{found.interval[0]:.2f}, {found.interval[1]:.2f}]" if found.interval else ""
+            cells["far excess [interval]"].append(f"{number(found.difference, 4)}{interval} vs {found.against}")
+            cells["damage (failing rows)"].append((found.kind or "n/a") if name in failing_rows(comparison.evaluation) else "-")
+        lines += [[f"*{short}: {label}*", *values] for label, values in cells.items()]
+    return lines
+
+
+def baseline_effects(baseline: Path) -> dict[tuple[str, str], list[float]]:
+    """(config, length) -> the baseline's own rule effect at each scored rules target, nats."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for config, length, _, item in load_scores(baseline, "baseline").items():
+        if config.startswith("rules"):
+            found.setdefault((config, length), []).extend(
+                t["score_with"] - t["score_without"] for t in item.targets if t.get("score_with") is not None
+                and t.get("score_without") is not None)
+    return found
+
+
+def min_effect_table(baseline: Path, files: dict[str, Path], values: list[float]) -> str:
+    """The rules rows of every candidate, recomputed with each count threshold, after the
+    number of the baseline's own rules targets that threshold counts."""
+    effects = baseline_effects(baseline)
+    everything = [e for found in effects.values() for e in found]
+    body = []
+    for value in values:
+        per = max(sum(abs(e) >= value for e in found) for found in effects.values())
+        body.append([f"baseline targets counted at {value:g} nats (of {len(everything)}; most per config and length)",
+                     f"{sum(abs(e) >= value for e in everything)} ({per})", *[""] * (len(files) - 1)])
+        comparisons = {name: compared(baseline, path, min_effect=value) for name, path in files.items()}
+        first = next(iter(comparisons.values())).evaluation
+        for row in (r for r in first.rows if r.startswith("Rules") or "rules" in r):
+            counted = []
+            for comparison in comparisons.values():
+                source = comparison.evaluation.row_sources[row]
+                sets = comparison.evaluation.sets[source["config"]]
+                cell = (sets[source["length"]]["cells"][source["placement"]][source["family"]]
+                        if source.get("placement") and source.get("length") else None)
+                shown = number(comparison.evaluation.rows[row], 2)
+                counted.append(f"{shown} (n={cell['counted']})" if cell is not None else shown)
+            body.append([f"{row} (min effect {value:g})", *counted])
+    return table(["row", *files], body)
 
 
 def context_lines(lengths: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -87,15 +165,19 @@ def hf_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     return candidates
 
 
+def llama_names(only: list[str]) -> list[str]:
+    return [REFERENCE, *(q for q in gguf_variants.QUANTS if q in only), *([f"{PACKAGED} (packaged)"] if PACKAGED in only else []),
+            *(k for k in KV_CACHES if k in only)]
+
+
 def llama_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     """name -> (model, extra pytest options) of the llama.cpp study, the F32 reference first."""
-    files = gguf_variants.build(args.variants, (LLAMA_REFERENCE, *(n for n in args.only if n in gguf_variants.QUANTS)))
+    files = gguf_variants.build(args.variants, ("F32", *(n for n in args.only if n in gguf_variants.QUANTS)))
     llama = ["--longctx-backend=llama.cpp"]
-    candidates = {f"{name}{' (reference)' if name == LLAMA_REFERENCE else ''}": (str(path.resolve()), llama)
-                  for name, path in files.items()}
+    reference = str(files.pop("F32").resolve())
+    candidates = {REFERENCE: (reference, llama), **{name: (str(path.resolve()), llama) for name, path in files.items()}}
     if PACKAGED in args.only:
         candidates[f"{PACKAGED} (packaged)"] = (smollm2_gguf(), llama)
-    reference = str(files[LLAMA_REFERENCE].resolve())
     for name, (k, v) in KV_CACHES.items():
         if name in args.only:
             candidates[name] = (reference, [*llama, f"--longctx-backend-option=cache-type-k={k}",
@@ -109,40 +191,60 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="--backend hf: the model the variants are made from")
     parser.add_argument("--baseline", type=Path, help="default: the committed SmolLM2 baseline (hf); for llama.cpp, "
                         "one the F32 file makes in --variants first")
+    parser.add_argument("--sets", help="configs to gate, comma-separated (default: all)")
     parser.add_argument("--variants", type=Path, default=Path("variants"))
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=8)
-    parser.add_argument("--sets", help="configs to gate, comma-separated (default: all)")
-    names = (*VARIANTS, KV_VARIANT, *gguf_variants.QUANTS, PACKAGED, *KV_CACHES)
-    parser.add_argument("--only", nargs="*", choices=names, default=list(names))
+    every = (*VARIANTS, KV_VARIANT, *gguf_variants.QUANTS, PACKAGED, *KV_CACHES)
+    parser.add_argument("--only", nargs="*", choices=every, default=list(every))
+    parser.add_argument("--results", type=Path, default=Path("variants/results"), help="where each run's results JSON is kept")
+    parser.add_argument("--reuse", action="store_true", help="read the results a previous run left in --results")
+    parser.add_argument("--min-effects", default="", help="rules count thresholds to recompute the rules rows with, e.g. 1,0.5,0.25")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
-    selection = [f"--longctx-sets={args.sets}"] if args.sets else []
-    if args.backend == "llama.cpp":
-        candidates = llama_candidates(args)
-        reference, extra = next(iter(candidates.values()))
+    llama = args.backend == "llama.cpp"
+    if llama:
+        names = llama_names(args.only)
         baseline = args.baseline or args.variants / f"{gguf_variants.STEM}-f32.llama-cpp.json.gz"
-        if not baseline.exists():
-            print(f"making the baseline {baseline} from {reference} ...", file=sys.stderr, flush=True)
-            gate(reference, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args, "--longctx-update-baseline"])
     else:
-        candidates = hf_candidates(args)
+        names = ["the model itself", *(name for name in args.only if name in VARIANTS), *([KV_VARIANT] if KV_VARIANT in args.only else [])]
         baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
-    results = {}
-    for name, (model, extra) in candidates.items():
-        print(f"gating {name} ...", file=sys.stderr, flush=True)
-        results[name] = code, found, failed = gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args])
-        print(f"{name}: {verdict_word(code == 0)}, {failed} failed tests; "  # kept even if a later candidate never ends
-              + "; ".join(f"{row} {number(value, 2)}" for row, value in found["rows"].items()), file=sys.stderr, flush=True)
-    rows = list(next(iter(results.values()))[1]["rows"])
-    body = [[row, *(number(res["rows"].get(row), 2) for _, res, _ in results.values())] for row in rows]
+    args.baseline = baseline
+    selection = [f"--longctx-sets={args.sets}"] if args.sets else []
+    prefix = "llama.cpp-" if llama else ""
+    files = {name: args.results / f"{prefix}{name.replace(' ', '-')}.json" for name in names}
+    outcomes: dict[str, tuple[int, int]] = {}
+    if args.reuse:
+        outcomes = {name: (-1, -1) for name in names}
+    else:
+        candidates = llama_candidates(args) if llama else hf_candidates(args)
+        args.results.mkdir(parents=True, exist_ok=True)
+        if llama and not baseline.exists():
+            model, extra = candidates[REFERENCE]
+            print(f"making the baseline {baseline} from {model} ...", file=sys.stderr, flush=True)
+            gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args, "--longctx-update-baseline"],
+                 args.results / "llama.cpp-baseline-run.json")
+        for name, (model, extra) in candidates.items():
+            print(f"gating {name} ...", file=sys.stderr, flush=True)
+            outcomes[name] = gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args], files[name])
+    results = {name: json.loads(path.read_text()) for name, path in files.items()}
+    point = {name: compared(args.baseline, path) for name, path in files.items()}
+    alpha = {name: compared(args.baseline, path, alpha=ALPHA) for name, path in files.items()}
+    rows = list(next(iter(results.values()))["rows"])
+    body = [[row, *(number(res["rows"].get(row), 2) for res in results.values())] for row in rows]
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
-        body.append([label, *(number(dig(res["sets"], path), 2) for _, res, _ in results.values())])
-    body.append(["failed tests", *(str(failed) for _, _, failed in results.values())])
-    body.append(["gate", *(verdict_word(code == 0) for code, _, _ in results.values())])
-    print(f"backend {args.backend}; baseline {baseline}; lengths {args.lengths}; --longctx-limit {args.limit}"
+        body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
+    body += drift_lines(point)
+    if not args.reuse:
+        body.append(["failed tests", *(str(failed) for _, failed in outcomes.values())])
+        assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate
+    body.append(["gate (point estimate)", *(point[name].verdict for name in names)])
+    body.append([f"gate (--longctx-alpha {ALPHA:g})", *(alpha[name].verdict for name in names)])
+    print(f"backend {args.backend}; baseline {args.baseline}; lengths {args.lengths}; --longctx-limit {args.limit}"
           + (f"; sets {args.sets}" if args.sets else ""))
     print(table(["row", *results], body))
+    if args.min_effects:
+        print(min_effect_table(args.baseline, files, [float(v) for v in comma_list(args.min_effects)]))
 
 
 if __name__ == "__main__":

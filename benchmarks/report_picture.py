@@ -6,15 +6,22 @@ html``, then a screenshot of the page's top in headless Chromium (Debian's packa
     longctx score --model ./smollm2-int4 --lengths 8k --reference_scores base.json.gz --out mine.json
     python benchmarks/report_picture.py base.json.gz mine.json --out docs/report.png
 
-    # the picture in the README today: the tests' tiny trained qwen3 and a noisy copy of
-    # it, on the tests' hand-built items (about a minute on a CPU)
-    python benchmarks/report_picture.py --tiny --out docs/report.png
+    # the picture in the README today: SmolLM2 with attention limited to its last 512
+    # tokens, against the committed baseline (the results the validity study leaves)
+    python benchmarks/gate_validity.py --lengths 2k,8k --limit 4 --only window512
+    python benchmarks/report_picture.py baselines/smollm2-135m.json.gz variants/results/window512.json \
+           --model-name variants/window512
+
+    # without a model at hand: the tests' tiny trained qwen3 and a noisy copy of it, on the
+    # tests' hand-built items (about a minute on a CPU)
+    python benchmarks/report_picture.py --tiny --out report.png
 
 Run it from the repository root; the file names given are the ones the page shows.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -59,7 +66,8 @@ def main() -> int:
     parser.add_argument("--data", help="the data both were scored on (default: the one named in their meta)")
     parser.add_argument("--tiny", action="store_true", help="make the inputs from the tests' tiny models")
     parser.add_argument("--out", default="docs/report.png", help="the PNG to write (default docs/report.png)")
-    parser.add_argument("--size", default="1200,1500", help="browser window, width,height in CSS pixels")
+    parser.add_argument("--size", default="1200,1700", help="browser window, width,height in CSS pixels")
+    parser.add_argument("--model-name", help="the name the page gives the model (default: the one in the results' meta)")
     args = parser.parse_args()
     if not args.tiny and not (args.baseline and args.results):
         parser.error("give BASELINE and RESULTS, or --tiny")
@@ -71,6 +79,12 @@ def main() -> int:
             args.baseline, args.results, args.data = tiny_inputs(work)
             os.chdir(work)  # the page names the files as given: short names, no temporary paths
         from pytest_longctx.cli import main as longctx
+
+        if args.model_name:  # e.g. a variant's folder, named as in the README rather than by its path here
+            results = json.loads(Path(args.results).read_text())
+            results["meta"]["model"] = args.model_name
+            args.results = str(work / Path(args.results).name)
+            Path(args.results).write_text(json.dumps(results))
 
         html = work / "report.html"
         command = ["compare", args.baseline, args.results, "--format", "html", "--out", str(html)]

@@ -170,7 +170,10 @@ def test_the_html_report_is_one_self_contained_file(pair, capsys, tmp_path):
     assert code == 1 and f"written to {out}" in err
     html = out.read_text()
     assert "<script" not in html and "<link" not in html and " src=" not in html
-    assert html.count('<table id="headline-table">') == 1 and html.count("<svg") == 1 + 3  # distance, 3 rules configs
+    assert html.count('<table id="headline-table">') == 1
+    assert html.count("<svg") == 1 + 1 + 3  # drift by distance, accuracy by distance, 3 rules configs
+    assert html.count('<table id="drift-table">') == 1 and html.count('<figure id="drift-plot">') == 1
+    assert html.index('id="drift-plot"') < html.index('id="distance-plot"')
     assert html.count("<mark>") >= 1 and "<details class=\"item\" open>" in html
 
 
@@ -186,6 +189,7 @@ def test_without_matplotlib_the_html_report_keeps_its_tables(pair, monkeypatch):
     html = html_report(compare_files(load_scores(pair.baseline), read_results(str(pair.results)), None, Thresholds()))
     assert "<svg" not in html and "matplotlib is not installed" in html
     assert 'id="headline-table"' in html and 'id="distance-table"' in html and 'id="rules-table"' in html
+    assert 'id="drift-table"' in html and 'id="drift-distance-table"' in html
 
 
 # ------------------------------------------------------------------ data and bad input

@@ -54,15 +54,26 @@ def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
     summary = gate.markdown.read_text()
     assert gate.step_summary.read_text() == EARLIER + summary  # appended, never overwritten
     results = json.loads(gate.out.read_text())
-    table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in summary.splitlines()
+    headline, rest = summary.split("### Drift at the reads")
+    drift, failing = rest.split("### Failing cells")
+    table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in headline.splitlines()
              if line.startswith("| ") and not line.startswith(("| row ", "| :---"))}
     verdicts = {v["label"]: v for v in results["verdicts"]}
     assert set(table) == set(results["rows"])
     for name, value in results["rows"].items():
         _, baseline, model, _, _, word = table[name]
         assert (baseline, model, word) == (f"{results['baseline_rows'][name]:.3f}", f"{value:.3f}", verdicts[name]["verdict"])
-    failing_cells = {v["key"] for v in results["verdicts"] if v["verdict"] == "FAIL" and v["label"] not in results["rows"]}
-    listed = [line for line in summary.splitlines() if line.startswith("- ")]
+    # the drift table: one line per row with drift figures, its check's verdict and the damage kind
+    drift_table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in drift.splitlines()
+                   if line.startswith("| ") and not line.startswith(("| row ", "| :---"))}
+    assert set(drift_table) == set(results["drift"])
+    for name, found in results["drift"].items():
+        check = verdicts.get(f"{name}: drift at far reads")
+        fails = "FAIL" in (verdicts[name]["verdict"], check["verdict"] if check else "")
+        assert drift_table[name][-2:] == [check["verdict"] if check else "-", (found["kind"] or "n/a") if fails else "-"]
+    failing_cells = {v["key"] for v in results["verdicts"]
+                     if v["verdict"] == "FAIL" and v["label"] not in results["rows"] and v["metric"] != "kl"}
+    listed = [line for line in failing.splitlines() if line.startswith("- ")]
     assert failing_cells == {"rules_en-2k-user-all", "rules_en-2k-user-substitution", "rules_en-2k-user-redirect"}
     assert len(listed) == len(failing_cells) and all("needs >= 1000.000" in line for line in listed)
 
@@ -132,7 +143,7 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
     headline = page.tables["headline-table"]
     assert headline[0] == ["row", "baseline", "model", "delta", "threshold", "verdict"]
     assert {row[0]: row[2] for row in headline[1:]} == {name: f"{v:.3f}" for name, v in results["rows"].items()}
-    assert page.figures == {"distance-plot": True, "effects-plot-rules_en": True, "effects-plot-rules_cs": True,
+    assert page.figures == {"drift-plot": True, "distance-plot": True, "effects-plot-rules_en": True, "effects-plot-rules_cs": True,
                             "effects-plot-rules_de": True}
     assert len(page.tables["rules-table"]) == 1 + 3 * 2 * 4  # configs x placements x (all + 3 families)
 

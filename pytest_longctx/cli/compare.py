@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"lowest allowed share of rules followed (default {defaults.follow:g})")
     p.add_argument("--item-max-drop", type=_nonnegative, default=defaults.item_drop,
                    help=f"largest allowed mean loss of one item, nats (default {defaults.item_drop:g})")
+    p.add_argument("--max-kl", type=_nonnegative, default=defaults.kl, metavar="NATS",
+                   help=f"largest allowed mean KL_K at far reads, facts and tool calls (drift; default {defaults.kl:g})")
     p.add_argument("--threshold", action="append", default=[], metavar="PATTERN:METRIC=VALUE",
                    help="per row, cell or item, as the plugin's --longctx-threshold; repeatable")
     p.add_argument("--alpha", type=level, metavar="A",
@@ -73,7 +75,7 @@ def render(comparison: Comparison, fmt: str, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = Thresholds(drop=args.max_drop, retained=args.min_retained, follow=args.min_follow,
-                            item_drop=args.item_max_drop, overrides=parse_overrides(args.threshold, "--threshold"),
+                            item_drop=args.item_max_drop, kl=args.max_kl, overrides=parse_overrides(args.threshold, "--threshold"),
                             alpha=args.alpha, min_effect=args.min_effect)
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)

@@ -15,7 +15,7 @@ from pytest_longctx.metrics.faithfulness import Outcome
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import count_tokens
 from pytest_longctx.scoring.reads import session_reads
-from pytest_longctx.scoring.records import target_records
+from pytest_longctx.scoring.records import item_records
 
 REFERENCE_TOKENIZER = "Qwen3.5 (the benchmark's reference tokenizer)"
 
@@ -115,4 +115,4 @@ def read_answers(reader: Reader, compressed: Sequence[Compressed], progress: Cal
     done = [(c, c.messages) for c in compressed if c.messages is not None]
     plans = [session_reads(reader.tokenizer, FAITHFULNESS, c.split, c.item, [c.item.messages, messages]) for c, messages in done]
     for (c, _), plan, scores in zip(done, plans, engine.run(reader.backend, plans, progress, cache=cache)):
-        c.outcome["full"], c.outcome["compressed"] = target_records(plan, scores)
+        c.outcome["full"], c.outcome["compressed"] = item_records(plan, scores, top_k=0).targets

@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.results import ResultsFile, find_data
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
+from pytest_longctx.metrics.drift import ReadDrift, item_reads
 from pytest_longctx.scoring.pipeline import compute_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
@@ -30,6 +33,7 @@ class Comparison:
     targets: list[TargetLoss]  # worst first
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
+    reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
 
     @property
     def failing(self) -> list[Verdict]:
@@ -60,7 +64,23 @@ class Comparison:
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
             "counts": {"items": len(self.items), "failing_items": len(self.failing_items), "targets": len(self.targets)},
+            "drift": {name: {**asdict(found), "kind": found.kind} for name, found in evaluation.drift.items()},
         }
+
+
+def read_drift(model: ScoresFile | None, baseline: ScoresFile, dataset: Dataset | None) -> dict[str, list[ReadDrift]]:
+    """Every read of the facts and tool-call items both sides have drift blocks for, by kind:
+    what the drift-by-distance view shows."""
+    found: dict[str, list[ReadDrift]] = {}
+    if model is None or dataset is None:
+        return found
+    for config, length, item in dataset.items():
+        kind = config_kind(config)
+        mine = model.scores.get(config, {}).get(length, {}).get(item.id)
+        theirs = baseline.scores.get(config, {}).get(length, {}).get(item.id)
+        if kind in KINDS and mine is not None and theirs is not None:
+            found.setdefault(kind, []).extend(item_reads(item, mine, theirs) or [])
+    return {kind: reads for kind, reads in found.items() if reads}
 
 
 def model_name(meta: dict[str, Any]) -> str:
@@ -76,7 +96,7 @@ def from_gate_run(run: Any, evaluation: Evaluation) -> Comparison:
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
     return Comparison(str(run.options.model), against, run.scores.mode or "n/a", evaluation, run.thresholds,
-                      items, targets, errors=errors)
+                      items, targets, errors=errors, reads=read_drift(run.scores, baseline, run.dataset))
 
 
 def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:
@@ -122,4 +142,5 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
                          f"{results.reference or 'the model itself'}")
     items, targets = losses(results.scores, baseline, sets, baseline_sets, thresholds, dataset)
     return Comparison(model_name(results.meta), f"baseline {baseline.path} ({model_name(baseline.meta)})",
-                      results.mode, evaluate(sets, baseline_sets, thresholds), thresholds, items, targets, notes)
+                      results.mode, evaluate(sets, baseline_sets, thresholds), thresholds, items, targets, notes,
+                      reads=read_drift(results.scores, baseline, dataset))

@@ -50,6 +50,10 @@ class GateRun:
             else:
                 self.baseline = load_scores(self.baseline_path, "baseline")
         left_out = self._leave_out_configs_without_baseline()
+        if self.baseline is not None and not self.baseline.has_drift:
+            left_out.append(f"baseline {self.baseline_path} keeps no most likely tokens (made before drift rows, or by a "
+                            "backend without top_k), so there are no drift rows; recreate it (--longctx-update-baseline) "
+                            "to compare distributions at every read")
         self.fingerprints = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
         self.needed: dict[str, set[ItemKey]] = {}
         self.scores = ScoresFile(mode="", meta={})
@@ -178,8 +182,11 @@ class GateRun:
                 )
         if self.cache is None:
             self.cache = ScoreCache.for_backend(backend, self.options.cache_dir, warn=self.warnings.append) or False
+        notes: list[str] = []
         part = score_items(backend, tokenizer, self.dataset.select(keys), self.scores.mode, progress,
-                           cache=self.cache or None, beyond_context=self.options.allow_beyond_context)
+                           cache=self.cache or None, beyond_context=self.options.allow_beyond_context,
+                           reference=self.baseline, notes=notes)
+        self.warnings.extend(n for n in notes if n not in self.warnings)
         if not self.scores.meta:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:

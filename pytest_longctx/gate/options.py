@@ -57,10 +57,12 @@ OPTIONS = (
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
     Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", 0.90, kind="float"),
     Option("item-max-drop", "one item: largest allowed mean loss against the baseline, in nats", 1.0, kind="float"),
+    Option("max-kl", "facts and tool calls: largest allowed mean KL_K at far reads against the baseline's most likely "
+           "tokens, in nats (drift)", 0.05, kind="float"),
     Option("alpha", "fail a row or cell only when its shortfall beyond the threshold is significant at this level "
            "(one-sided paired bootstrap over items, e.g. 0.05); default: the point estimate decides", kind="level"),
     Option("min-effect", "rules: the baseline's rule effect a target needs to be counted, in nats", 1.0, kind="float"),
-    Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop; "
+    Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop, kl; "
            "compressor gate: retention, savings, drop); repeatable", kind="lines"),
     # the compressor gate (compress/gate.py)
     Option("compressor", "gate a context compressor, module:function or a built-in (last_tokens, last_messages, "
@@ -182,6 +184,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
+                              kl=values["longctx_max_kl"],
                               overrides=tuple(overrides), alpha=values["longctx_alpha"],
                               min_effect=values["longctx_min_effect"]),
         markdown=values["longctx_markdown"], html=values["longctx_html"],

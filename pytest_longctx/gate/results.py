@@ -10,7 +10,7 @@ from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.fingerprint import item_fingerprint
-from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, checked_scores, read_json_file, scores_from_json
+from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, check_drift_blocks, checked_scores, read_json_file, scores_from_json
 
 FIX = ("give a results JSON (longctx score --out, pytest --longctx-out) or a scores file "
        "(longctx score --save_scores, a baseline)")
@@ -44,6 +44,8 @@ def read_results(path: str) -> ResultsFile:
     except (KeyError, TypeError, AttributeError) as exc:
         raise LongctxError(f"results {path}: malformed per-target scores ({type(exc).__name__}: {exc}); "
                            "write it again with this version of pytest-longctx") from None
+    if scores is not None:
+        check_drift_blocks(scores, "results", "write it again with this version of pytest-longctx")
     return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
 
 

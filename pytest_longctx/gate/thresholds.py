@@ -22,6 +22,7 @@ METRICS = {
     "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
     "follow": "lowest allowed share of rules followed",
     "item_drop": "largest allowed mean log-probability loss of one item, in nats",
+    "kl": "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
     # the compressor gate's (compress/gate.py): no global value, defaults per row
     "retention": "lowest allowed share of facts kept by a context compressor",
     "savings": "lowest allowed realized token savings of a context compressor",
@@ -65,6 +66,7 @@ class Thresholds:
     retained: float = 0.90
     follow: float = 0.90
     item_drop: float = 1.0
+    kl: float = 0.05  # calibrated on SmolLM2 (README, "Drift"): the model itself 0, int8 far below it
     overrides: tuple[Override, ...] = ()
     # the verdict rule: None, the point estimate against the threshold; A, a row or cell fails only when its
     # shortfall beyond the threshold is significant at level A (--longctx-alpha, docs/metrics.md#uncertainty)
@@ -103,8 +105,6 @@ class Thresholds:
             values["alpha"] = f"{self.alpha:g}"
         values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
         return values
-
-
 
 
 def _examples(keys: list[str], shown: int = 12) -> str:

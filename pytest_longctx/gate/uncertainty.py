@@ -20,6 +20,7 @@ an xdist worker and on the controller.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -87,9 +88,11 @@ def _bootstrap(sample: Sample, statistic: Any, confidence: float) -> Any:
     fewer than two items or when a resample has nothing to count (a NaN interval)."""
     if sample.items < 2:
         return None
-    result = stats.bootstrap(sample.arrays(), statistic, paired=True, vectorized=True, axis=-1, method="percentile",
-                             n_resamples=RESAMPLES, confidence_level=confidence,
-                             random_state=np.random.default_rng(SEED))
+    with warnings.catch_warnings():  # a NaN interval (checked below) is no warning of ours to pass on
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(sample.arrays(), statistic, paired=True, vectorized=True, axis=-1, method="percentile",
+                                 n_resamples=RESAMPLES, confidence_level=confidence,
+                                 random_state=np.random.default_rng(SEED))
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     return None if math.isnan(low) or math.isnan(high) else result
 
@@ -107,16 +110,17 @@ def difference(sample: Sample) -> tuple[tuple[float, float], float] | None:
     return interval, float(result.standard_error)
 
 
-def upper_bound(sample: Sample, threshold: float, relative_drop: float | None, alpha: float) -> float | None:
-    """The one-sided ``1 - alpha`` upper bound of model - threshold over the same resamples:
-    the upper end of the two-sided ``1 - 2 alpha`` percentile interval. ``relative_drop``: the
-    threshold is the baseline's value less this, recomputed per resample; else ``threshold``."""
+def upper_bound(sample: Sample, threshold: float, relative_drop: float | None, alpha: float,
+                at_most: bool = False) -> float | None:
+    """The one-sided ``1 - alpha`` upper bound of the margin model - threshold (``at_most``:
+    threshold - model) over the same resamples: the upper end of the two-sided
+    ``1 - 2 alpha`` percentile interval. ``relative_drop``: the threshold is the baseline's
+    value less this, recomputed per resample; else ``threshold``."""
 
     def statistic(mn: np.ndarray, md: np.ndarray, bn: np.ndarray, bd: np.ndarray, axis: int = -1) -> np.ndarray:
         model = _ratio(mn, md, axis)
-        if relative_drop is None:
-            return model - threshold
-        return model - (_ratio(bn, bd, axis) - relative_drop)
+        bound = threshold if relative_drop is None else _ratio(bn, bd, axis) - relative_drop
+        return bound - model if at_most else model - bound
 
     result = _bootstrap(sample, statistic, 1 - 2 * alpha)
     return None if result is None else float(result.confidence_interval.high)

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, config_kind
+from pytest_longctx.gate.drift import Drift, far_sample, row_drift, summaries_of
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.uncertainty import measure, needed_items
+from pytest_longctx.gate.uncertainty import difference, measure, needed_items, upper_bound
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.metrics.rules import COUNT_NATS
@@ -83,7 +84,9 @@ class Verdict:
     gained: int | None = None  # and the reverse
     p: float | None = None  # the two-sided exact McNemar p
     alpha: float | None = None  # --longctx-alpha: fail only on a significant shortfall
-    bound: float | None = None  # with alpha: the one-sided (1 - alpha) upper bound of model - threshold
+    bound: float | None = None  # with alpha: the one-sided (1 - alpha) upper bound of the margin (model - threshold)
+    at_most: bool = False  # the value must stay at or below the threshold (drift), not reach it
+    damage: Any = None  # the row's drift figures and damage kind (gate/drift.py ``Drift``), where known
 
     @property
     def applicable(self) -> bool:
@@ -91,21 +94,36 @@ class Verdict:
         return self.model is not None or self.baseline is not None
 
     @property
+    def within(self) -> bool:
+        """The point estimate is on the right side of the threshold."""
+        assert self.model is not None
+        if self.at_most:
+            return self.model <= self.threshold + 1e-12
+        return self.model >= self.threshold - 1e-12
+
+    @property
     def passed(self) -> bool:
         """A value the baseline has and the model cannot produce (every target non-finite or
         unscored) fails."""
         if self.model is None:
             return self.baseline is None
-        if self.model >= self.threshold - 1e-12:
+        if self.within:
             return True
-        # --longctx-alpha: below the threshold, but not significantly (without a bound: the point rule)
+        # --longctx-alpha: beyond the threshold, but not significantly (without a bound: the point rule)
         return self.alpha is not None and self.bound is not None and self.bound >= 0
 
     @property
     def allowed(self) -> float | None:
-        """How far the value may fall from the baseline's: the allowed drop of a relative
-        threshold, the distance from the baseline to an absolute one."""
-        return None if self.baseline is None else self.baseline - self.threshold
+        """How far the value may move from the baseline's: the allowed drop of a relative
+        threshold, the distance from the baseline to an absolute one (drift: the rise allowed)."""
+        if self.baseline is None:
+            return None
+        return self.threshold - self.baseline if self.at_most else self.baseline - self.threshold
+
+    @property
+    def needs(self) -> str:
+        """``>= 0.512`` or, for a value that must stay low, ``<= 0.050``."""
+        return f"{'<=' if self.at_most else '>='} {self.threshold:.3f}"
 
     def uncertainty_text(self) -> str:
         """``interval [-0.19, -0.04] over 8 items; McNemar lost 5 / gained 1, p = 0.22``."""
@@ -116,13 +134,14 @@ class Verdict:
             parts.append(f"no interval ({self.items} item{'' if self.items == 1 else 's'} to resample)")
         if self.lost is not None and self.gained is not None and self.p is not None:
             parts.append(f"McNemar lost {self.lost} / gained {self.gained}, p = {self.p:.2g}")
-        if self.alpha is not None and self.model is not None and self.model < self.threshold - 1e-12:
+        if self.alpha is not None and self.model is not None and not self.within:
             if self.bound is None:
                 parts.append(f"alpha {self.alpha:g}: no bound, judged by the point estimate")
             else:
                 significant = "significant" if self.bound < 0 else "not significant"
+                margin = f"threshold - {self.metric}" if self.at_most else f"{self.metric} - threshold"
                 parts.append(f"alpha {self.alpha:g}: shortfall {significant} (upper {1 - self.alpha:.0%} bound of "
-                             f"{self.metric} - threshold {self.bound:+.3f})")
+                             f"{margin} {self.bound:+.3f})")
         return "; ".join(parts)
 
     @property
@@ -132,12 +151,14 @@ class Verdict:
 
     def message(self) -> str:
         head = (f"{self.label}: {self.metric} {number(self.model)} ({self.reference} {number(self.baseline)}), "
-                f"needs >= {self.threshold:.3f} ({self.rule})")
+                f"needs {self.needs} ({self.rule})")
         if self.model is None and self.baseline is not None:
             head += f"; the model has no value where the {self.reference} has one (its targets were non-finite or unscored)"
         uncertainty = self.uncertainty_text()
         if uncertainty:
             head += f"; {uncertainty}"
+        if self.damage is not None and self.damage.kind:
+            head += f"; damage {self.damage.text()}"
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
         return head
@@ -177,6 +198,49 @@ def _in_suite(suite: str | None) -> Any:
     return lambda entry: suite is None or entry.get("suite") == suite
 
 
+DRIFT_GATED = ("facts", "tool_calls")  # configs whose rows gate drift by default (they have control reads)
+
+
+def _row_items(source: dict[str, Any]) -> Any:
+    """Which of a row's set's items the row is computed over."""
+    if config_kind(source["config"]) == "rules":
+        return _in_cell(source.get("placement"), source.get("family"))
+    return _in_suite(source.get("suite"))
+
+
+def drift_verdicts(name: str, source: dict[str, Any], model_sets: dict, thresholds: Thresholds,
+                   row: list[Verdict]) -> tuple[Drift | None, list[Verdict]]:
+    """(the row's drift, its drift check): mean KL_K at far reads at most ``kl`` (by default on
+    facts and tool calls; elsewhere where an override names the row). The row's own
+    verdicts (``row``) get the drift too, so a failing one says what kind of damage it is."""
+    config, length = source["config"], source.get("length")
+    if length is None or "drift" not in model_sets[config][length] or None in (source.get("placement", ""), source.get("family", "")):
+        return None, []
+    key = row_key(source)
+    threshold = thresholds.get(key, "kl")
+    assert threshold is not None  # kl has a global value
+    summaries = summaries_of(model_sets[config][length], _row_items(source))
+    found = row_drift(summaries, threshold)
+    if found is None:
+        return None, []
+    for verdict in row:
+        verdict.damage = found
+    if thresholds.get(key, "kl", default=config_kind(config) in DRIFT_GATED) is None:
+        return found, []
+    far = found.far.kl
+    verdict = Verdict(key, f"{name}: drift at far reads", "kl", far, None if far is None else 0.0, threshold,
+                      f"kl <= {threshold:g}", at_most=True, damage=found, reference="baseline itself")
+    if far is not None:
+        sample = far_sample(summaries)
+        spread = difference(sample)
+        verdict.items = sample.items
+        verdict.interval = spread[0] if spread else None
+        verdict.alpha = thresholds.alpha
+        if thresholds.alpha is not None:
+            verdict.bound = upper_bound(sample, threshold, None, thresholds.alpha, at_most=True)
+    return found, [verdict]
+
+
 def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_sets: dict,
                 model_rows: dict, baseline_rows: dict, thresholds: Thresholds) -> Verdict:
     key = row_key(source)
@@ -188,8 +252,7 @@ def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_se
         rule = f"baseline - {drop:g}"
         losers = accuracy_losers(source, model_sets, baseline_sets)
         verdict = Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
-        return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _in_suite(source.get("suite")),
-                                drop, thresholds.alpha)
+        return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), drop, thresholds.alpha)
     metric = source["metric"]
     threshold = thresholds.get(key, metric)
     where = (config, length, source.get("placement"), source.get("family"))
@@ -197,7 +260,7 @@ def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_se
     verdict = Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
     if None in where:
         return verdict
-    return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _in_cell(*where[2:]), None, thresholds.alpha)
+    return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), None, thresholds.alpha)
 
 
 def cell_verdicts(config: str, length: str, placement: str, family: str, model_sets: dict, baseline_sets: dict,
@@ -236,6 +299,7 @@ class Evaluation:
     baseline_sets: Sets
     baseline_rows: dict[str, float | None]
     verdicts: list[Verdict] = field(default_factory=list)
+    drift: dict[str, Drift] = field(default_factory=dict)  # row name -> its drift, where the baseline kept its top-k
 
     @property
     def warnings(self) -> list[str]:
@@ -249,7 +313,11 @@ def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluat
     baseline_rows, _ = headline_rows(baseline_sets)
     evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
     for name, source in row_sources.items():
-        evaluation.verdicts.append(row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds))
+        row = [row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds)]
+        found, checks = drift_verdicts(name, source, sets, thresholds, row)
+        if found is not None:
+            evaluation.drift[name] = found
+        evaluation.verdicts.extend(row + checks)
     for config, by_length in sets.items():
         if config_kind(config) == "rules":
             for cell in cells(config, list(by_length)):

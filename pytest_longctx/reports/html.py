@@ -8,7 +8,7 @@ from typing import Sequence
 
 from pytest_longctx.data.records import config_kind
 from pytest_longctx.gate.comparison import Comparison
-from pytest_longctx.gate.distance import KINDS, buckets
+from pytest_longctx.gate.distance import KINDS, buckets, drift_buckets
 from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.verdicts import FAIL, PASS
 from pytest_longctx.numbers import NA, delta, number
@@ -68,6 +68,25 @@ def _distance(comparison: Comparison) -> str:
                     _figure("distance-plot", svg, "Facts: every answer token top-1; tool calls: the target token top-1."),
                     _table(tables.Section("", ["kind", "tokens back", "targets", "baseline", "model", "delta"], rows),
                            "distance-table"))
+
+
+def _drift(comparison: Comparison) -> str:
+    """The drift table, the damage kind of each failing row, and drift by distance."""
+    section = tables.drift(comparison)
+    if not section.rows:
+        return ""
+    damage = "".join(f"<li>{escape(line)}</li>" for line in tables.damage(comparison))
+    panels = {title: drift_buckets(comparison.reads[kind]) for kind, title in KINDS.items() if kind in comparison.reads}
+    rows = [[title.split()[0], b.label, str(b.reads), number(b.kl), number(b.baseline), number(b.model), delta(b.model, b.baseline)]
+            for title, found in panels.items() for b in found]
+    parts = [_table(section, "drift-table"), f"<ul>{damage}</ul>" if damage else ""]
+    if panels:
+        svg = plots.drift_plot(panels) if plots.available() else None
+        parts += [_figure("drift-plot", svg, "The model's drift from the baseline's next-token distribution at every read, "
+                          "by how far back the needed text lies; control reads see only the item's first 512 tokens."),
+                  _table(tables.Section("", ["kind", "tokens back", "reads", "KL_K", "log p baseline", "log p model", "delta"],
+                                        rows), "drift-distance-table")]
+    return _section("drift", section.title, *parts)
 
 
 def _effects(comparison: Comparison) -> str:
@@ -137,6 +156,7 @@ def html_report(comparison: Comparison) -> str:
         _section("headline", "Headline rows", _table(tables.headline(comparison), "headline-table")),
         _section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
         if failing else "",
+        _drift(comparison),
         _distance(comparison),
         _effects(comparison),
         _section("sets", "Facts and tool calls", _table(sets, "sets-table")) if sets.rows else "",

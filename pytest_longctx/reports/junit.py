@@ -26,4 +26,16 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
                 properties += [(f"longctx.mcnemar_lost.{verdict.label}", str(verdict.lost)),
                                (f"longctx.mcnemar_gained.{verdict.label}", str(verdict.gained)),
                                (f"longctx.p.{verdict.label}", number(verdict.p, 6))]
+        elif verdict.metric == "kl":
+            properties += [(f"longctx.verdict.{verdict.label}", verdict.word),
+                           (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6))]
+    for name, found in evaluation.drift.items():
+        properties += [(f"longctx.drift_{group}_kl.{name}", number(getattr(found, group).kl, 6)) for group in ("far", "near", "control")]
+        properties += [(f"longctx.drift_far_same_top1.{name}", number(found.far.same_top1, 6)),
+                       (f"longctx.drift_far_dlogp.{name}", number(found.far.dlogp, 6)),
+                       (f"longctx.drift_excess.{name}", number(found.difference, 6)),
+                       (f"longctx.damage.{name}", found.kind)]
+        if found.interval is not None:
+            properties += [(f"longctx.drift_excess_low.{name}", number(found.interval[0], 6)),
+                           (f"longctx.drift_excess_high.{name}", number(found.interval[1], 6))]
     return properties

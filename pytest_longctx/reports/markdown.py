@@ -43,18 +43,27 @@ def _failing(comparison: Comparison) -> list[str]:
     return lines
 
 
+def _section(section: tables.Section) -> list[str]:
+    return ["", f"### {section.title}", "", md_table(section.headers, section.rows)] if section.rows else []
+
+
+def _drift(comparison: Comparison) -> list[str]:
+    """The drift table and the damage kind of each failing row (nothing without drift rows)."""
+    damage = tables.damage(comparison)
+    return _section(tables.drift(comparison)) + (["", *(f"- {cell(line)}" for line in damage)] if damage else [])
+
+
 def ci_summary(comparison: Comparison) -> str:
-    """What a CI run's step summary shows: the headline table and the failing cells."""
+    """What a CI run's step summary shows: the headline table, the drift table and the failing cells."""
     section = tables.headline(comparison)
-    return "\n".join([*_heading(comparison), "", md_table(section.headers, section.rows), *_failing(comparison)]) + "\n"
+    return "\n".join([*_heading(comparison), "", md_table(section.headers, section.rows), *_drift(comparison),
+                      *_failing(comparison)]) + "\n"
 
 
 def markdown_report(comparison: Comparison, count: int = 10) -> str:
-    lines = _heading(comparison)
-    for section in (tables.headline(comparison), tables.rules_cells(comparison), tables.set_metrics(comparison),
-                    tables.items(comparison, count)):
-        if section.rows:
-            lines += ["", f"### {section.title}", "", md_table(section.headers, section.rows)]
+    lines = _heading(comparison) + _section(tables.headline(comparison)) + _drift(comparison)
+    for section in (tables.rules_cells(comparison), tables.set_metrics(comparison), tables.items(comparison, count)):
+        lines += _section(section)
     lines += _failing(comparison)
     shown = tables.top(comparison.targets, count)
     if shown:

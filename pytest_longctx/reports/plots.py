@@ -8,7 +8,7 @@ import io
 from typing import Any, Mapping, Sequence
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS
-from pytest_longctx.gate.distance import Bucket
+from pytest_longctx.gate.distance import Bucket, DriftBucket
 
 BASELINE_COLOUR = "#8a96a3"
 MODEL_COLOUR = "#d9480f"  # the model's colour in every plot
@@ -44,6 +44,29 @@ def distance_plot(panels: Mapping[str, Sequence[Bucket]]) -> str:
             ax.set_xticks(x, [f"{b.label}\nn={b.count}" for b in buckets])
             ax.set(ylim=(0, 1.05), xlabel="tokens back to what the target needs", ylabel="share right", title=title)
         figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
+        return _svg(figure)
+
+
+def drift_plot(panels: Mapping[str, Sequence[DriftBucket]]) -> str:
+    """Per kind, by distance bucket (the control reads first): above, the model's mean KL_K
+    from the baseline's distribution; below, the mean log-probability of the token read,
+    baseline beside model."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(4.6 * len(panels), 5.4), layout="constrained")
+        grid = figure.subplots(2, len(panels), squeeze=False, sharex="col")
+        for column, (title, buckets) in enumerate(panels.items()):
+            x = list(range(len(buckets)))
+            top, bottom = grid[0][column], grid[1][column]
+            top.bar(x, [b.kl or 0.0 for b in buckets], 0.6, color=MODEL_COLOUR, label="model")
+            top.set(ylabel="mean KL_K from the baseline, nats", title=title)
+            bottom.bar([i - 0.2 for i in x], [b.baseline or 0.0 for b in buckets], 0.4, color=BASELINE_COLOUR, label="baseline")
+            bottom.bar([i + 0.2 for i in x], [b.model or 0.0 for b in buckets], 0.4, color=MODEL_COLOUR, label="model")
+            bottom.set_xticks(x, [f"{b.label}\nn={b.reads}" for b in buckets])
+            bottom.set(xlabel="tokens back to what the target needs", ylabel="mean log p of the token read")
+        figure.legend(*grid[1][0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
         return _svg(figure)
 
 

@@ -1,6 +1,7 @@
 """The results JSON of a gate run (``--longctx-out``)."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 
@@ -16,7 +17,9 @@ def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
         "baseline_rows": evaluation.baseline_rows,
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
                       "threshold": v.threshold, "verdict": v.word, "interval": v.interval, "items": v.items, "mdd": v.mdd,
-                      "lost": v.lost, "gained": v.gained, "p": v.p, "alpha": v.alpha, "bound": v.bound}
+                      "lost": v.lost, "gained": v.gained, "p": v.p, "alpha": v.alpha, "bound": v.bound,
+                      "damage": v.damage.kind if v.damage is not None else None}
                      for v in evaluation.verdicts],
+        "drift": {name: {**asdict(found), "kind": found.kind} for name, found in evaluation.drift.items()},
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
     }

@@ -9,9 +9,10 @@ from pytest_longctx.data.records import TOOL_KINDS, config_kind
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
-from pytest_longctx.numbers import delta, number
+from pytest_longctx.metrics.drift import pooled
+from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table
-from pytest_longctx.reports.text import GATE_HEADERS, TERMINAL_HEADERS, gate_rows, interval_text
+from pytest_longctx.reports.text import DRIFT_HEADERS, GATE_HEADERS, TERMINAL_HEADERS, damage_lines, drift_rows, gate_rows, interval_text
 
 MARK = ("⟦", "⟧")  # around the target in its text
 HITS = {"facts": ("recalled", "missed"), "tool_calls": ("right", "wrong"), "rules": ("followed", "not followed")}
@@ -55,6 +56,29 @@ def headline(comparison: Comparison, columns: bool = False) -> Section:
     return Section("Headline rows", GATE_HEADERS, gate_rows(comparison.evaluation))
 
 
+def drift(comparison: Comparison) -> Section:
+    """Every row's drift at the reads: KL_K far / near / control, the far excess, the damage kind."""
+    return Section("Drift at the reads (KL_K against the baseline's most likely tokens, nats)", DRIFT_HEADERS,
+                   drift_rows(comparison.evaluation))
+
+
+def damage(comparison: Comparison) -> list[str]:
+    """The damage kind of each failing row, with the figures it rests on."""
+    return [line.strip() for line in damage_lines(comparison.evaluation)]
+
+
+def _cell_kl(per_item: dict[str, Any], placement: str, family: str) -> str:
+    """Mean KL_K over a rules cell's reads, with and without the rule (n/a without drift)."""
+    summaries = [e["drift"] for e in per_item.values()
+                 if "drift" in e and e["placement"] == placement and family in ("all", e["family"])]
+    if not summaries:
+        return NA
+    groups = pooled(summaries)
+    reads = sum(groups[g]["reads"] for g in ("far", "near"))
+    total = sum(groups[g]["kl"] * groups[g]["reads"] for g in ("far", "near") if groups[g]["kl"] is not None)
+    return number(total / reads) if reads else NA
+
+
 def rules_cells(comparison: Comparison) -> Section:
     """Every rules cell: the reference's and the model's mean effect, follow, retained, checks."""
     evaluation = comparison.evaluation
@@ -70,10 +94,11 @@ def rules_cells(comparison: Comparison) -> Section:
             verdicts = by_key.get(key, [])
             lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
                           number(cell["follow"]), number(cell["retained"]),
+                          _cell_kl(by_length[length]["per_item"], placement, family),
                           "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts),
                           "; ".join(f"{v.metric} {interval_text(v)}" for v in verdicts if v.interval is not None),
                           checks_word(verdicts)])
-    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "threshold", "interval", "verdict"]
+    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "KL", "threshold", "interval", "verdict"]
     return Section("Rules cells (eff: log-prob gained by the rule, model; eff_ref: baseline)", headers, lines)
 
 
@@ -128,7 +153,12 @@ def marked(target: TargetLoss) -> str:
 
 
 def failing_lines(comparison: Comparison) -> list[str]:
-    return [v.message() for v in comparison.failing if v.label not in comparison.evaluation.rows]
+    """The failing checks that are not headline rows (rules cells); drift checks have a table of their own."""
+    return [v.message() for v in comparison.failing if v.label not in comparison.evaluation.rows and v.metric != "kl"]
+
+
+def _plain(section: Section) -> list[str]:
+    return ["", section.title, table(section.headers, section.rows)] if section.rows else []
 
 
 def text_report(comparison: Comparison, count: int = 10) -> str:
@@ -137,9 +167,9 @@ def text_report(comparison: Comparison, count: int = 10) -> str:
     out += [f"error: {error}" for error in comparison.errors]
     out += [f"note: {note}" for note in comparison.notes]
     out += [f"warning: {warning}" for warning in comparison.evaluation.warnings]
-    for section in (headline(comparison, columns=True), rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
-        if section.rows:
-            out += ["", section.title, table(section.headers, section.rows)]
+    out += _plain(headline(comparison, columns=True)) + _plain(drift(comparison)) + [f"  {line}" for line in damage(comparison)]
+    for section in (rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
+        out += _plain(section)
     failing = failing_lines(comparison)
     if failing:
         out += ["", "Failing cells", *(f"  {line}" for line in failing)]

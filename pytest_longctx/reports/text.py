@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.numbers import delta, number
+from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table
 
 
@@ -40,17 +40,53 @@ def gate_rows(evaluation: Any, columns: bool = False) -> list[list[str]]:
         baseline = evaluation.baseline_rows.get(name)
         change, interval = delta(model, baseline), interval_text(verdict)
         if columns:
-            lines.append([name, number(baseline), number(model), change, f">= {verdict.threshold:.3f}", interval,
+            lines.append([name, number(baseline), number(model), change, verdict.needs, interval,
                           mcnemar_text(verdict), verdict.word])
         else:
             lines.append([name, number(baseline), number(model), f"{change} {interval}".strip(),
-                          f">= {verdict.threshold:.3f}", verdict.word])
+                          verdict.needs, verdict.word])
     return lines
 
 
 def gate_table(evaluation: Any) -> str:
     """row | baseline | model | delta | threshold | interval | McNemar | verdict, for every headline row."""
     return table(TERMINAL_HEADERS, gate_rows(evaluation, columns=True))
+
+
+DRIFT_HEADERS = ["row", "far KL", "near KL", "control KL", "far - near/control KL", "same top-1 far", "Δ log p far",
+                 "threshold", "verdict", "damage (failing rows)"]
+
+
+def drift_check(evaluation: Any, name: str) -> Any:
+    """The drift check of a row, or None where the row's drift is shown but not gated."""
+    return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}: drift at far reads"), None)
+
+
+def failing_rows(evaluation: Any) -> set[str]:
+    """The rows with a failing check (the row's own, or its drift check)."""
+    return {v.label.removesuffix(": drift at far reads") for v in evaluation.verdicts if v.applicable and not v.passed}
+
+
+def drift_rows(evaluation: Any) -> list[list[str]]:
+    """One line per row with drift figures: KL_K by group, the far excess with its interval,
+    the same top-1 rate and Δ log p at far reads, the check, and the damage kind of a failing row."""
+    failing = failing_rows(evaluation)
+    lines = []
+    for name, found in evaluation.drift.items():
+        check = drift_check(evaluation, name)
+        excess = (f"{delta(found.difference, 0.0)} {interval_text(found)} vs {found.against}".strip()
+                  if found.difference is not None else "")
+        lines.append([name, number(found.far.kl), number(found.near.kl), number(found.control.kl), excess,
+                      number(found.far.same_top1), number(found.far.dlogp),
+                      check.needs if check else "-", check.word if check else "-",
+                      (found.kind or NA) if name in failing else "-"])
+    return lines
+
+
+def damage_lines(evaluation: Any) -> list[str]:
+    """What kind of damage each failing row shows, with the figures it rests on."""
+    failing = failing_rows(evaluation)
+    return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if name in failing and found.kind]
 
 
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
@@ -60,7 +96,12 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     lines = [f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored"]
     if evaluation.rows:
         lines.append(gate_table(evaluation))
-    failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows]
+    if evaluation.drift:
+        lines.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
+        lines.append(table(DRIFT_HEADERS, drift_rows(evaluation)))
+        lines.extend(damage_lines(evaluation))
+    failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
+               and v.metric != "kl"]
     if failing:
         lines.append("failing cells:")
         lines.extend(f"  {v.key}: {v.message()}" for v in failing)

@@ -5,23 +5,23 @@ items --tokens--> reads --engine--> raw per-target scores --metrics--> sets --> 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
 
 from pytest_longctx import __version__
 from pytest_longctx.backends.base import describe
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, config_kind
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.metrics import facts, faithfulness, rules, tool_calls
+from pytest_longctx.metrics import drift, facts, faithfulness, rules, tool_calls
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
-from pytest_longctx.scoring.reads import ItemReads, choose_mode, plan_reads
-from pytest_longctx.scoring.records import target_records
+from pytest_longctx.scoring.reads import ItemReads, TargetReads, choose_mode, plan_reads
+from pytest_longctx.scoring.records import item_records
 from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
 
 
@@ -56,12 +56,15 @@ class Results:
 def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None,
                  min_effect: float = rules.COUNT_NATS) -> dict[str, dict[str, dict[str, Any]]]:
     """Metrics of every selected config and length from raw scores (and a reference's);
-    ``min_effect``: the reference's rule effect a rules target needs to count, in nats."""
+    ``min_effect``: the reference's rule effect a rules target needs to count, in nats.
+    Against a reference that keeps its most likely tokens, every set also has its ``drift``
+    (and each of its items)."""
     sets: dict[str, dict[str, dict[str, Any]]] = {}
     for config, by_length in dataset.configs.items():
         kind = config_kind(config)
         for length, items in by_length.items():
-            records = {item_id: s.targets for item_id, s in scores.scores[config][length].items()}
+            mine = scores.scores[config][length]
+            records = {item_id: s.targets for item_id, s in mine.items()}
             if kind == "facts":
                 metrics = facts.set_metrics(items, records)
             elif kind == "tool_calls":
@@ -73,17 +76,56 @@ def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | N
                 if reference is not None:
                     ref = {i.id: reference.scores[config][length][i.id].targets for i in items}
                 metrics = rules.set_metrics(items, records, ref, min_effect)
+            if reference is not None and reference.has_drift:
+                metrics["drift"], per_item = drift.set_drift(items, mine, reference.scores[config][length])
+                for item_id, summary in per_item.items():
+                    metrics["per_item"][item_id]["drift"] = summary
             sets.setdefault(config, {})[length] = metrics
     return sets
 
 
+def _asking(target: TargetReads, ids: Iterator[list[int]]) -> TargetReads:
+    """``target`` with each read also asking for the next reference ids (less a small vocabulary's padding)."""
+    return replace(target, reads=tuple(replace(r, also=tuple(i for i in next(ids) if i >= 0)) for r in target.reads))
+
+
+def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: list[str]) -> list[ItemReads]:
+    """The plans with every read also asking for the reference's most likely tokens there
+    (``Read.also``), where the reference read the same places; an item it read elsewhere
+    (another mode or tokenizer) gets no drift, and ``notes`` says how many."""
+    found, elsewhere = [], []
+    for plan in plans:
+        stored = reference.scores.get(plan.config, {}).get(plan.length, {}).get(plan.item.id)
+        theirs = drift.Block.decode(stored.drift) if stored is not None and stored.drift else None
+        reads = [read for target in plan.every for read in target.reads]
+        if theirs is None or theirs.ids is None or theirs.at != [(r.seq, r.pos) for r in reads]:
+            if theirs is not None:
+                elsewhere.append(f"{plan.config}/{plan.length}/{plan.item.id}")
+            found.append(plan)
+            continue
+        ids = iter(theirs.ids)
+        found.append(replace(plan, targets=tuple(_asking(t, ids) for t in plan.targets),
+                             controls=tuple(_asking(t, ids) for t in plan.controls)))
+    if elsewhere:
+        notes.append(f"drift: {len(elsewhere)} item(s) are read at other places than in the reference ({elsewhere[0]}"
+                     f"{', …' if len(elsewhere) > 1 else ''}): scored in another mode or with another tokenizer, they have "
+                     "no drift rows")
+    return found
+
+
 def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
                 progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
-                cache: Any = None, beyond_context: bool = False) -> ScoresFile:
+                cache: Any = None, beyond_context: bool = False, reference: ScoresFile | None = None,
+                notes: list[str] | None = None) -> ScoresFile:
     """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
     the run's ``meta``: backend, weights, tokenizer and data fingerprints. An item longer
-    than the backend's ``context_window`` is refused unless ``beyond_context``."""
+    than the backend's ``context_window`` is refused unless ``beyond_context``. Every read
+    keeps the model's most likely tokens (when the backend gives them) and, against a
+    ``reference`` that kept its own, the log-probabilities of the reference's (``notes``: of
+    items that could not be compared so)."""
     plans = plan_reads(dataset, mode, tokenizer)
+    if reference is not None and reference.has_drift:
+        plans = with_reference_ids(plans, reference, notes if notes is not None else [])
     if not beyond_context:
         check_context_window(backend, plans)
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
@@ -98,13 +140,13 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
-    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache)
+    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K)
     scores = ScoresFile(mode=mode, meta=meta)
     for plan, result in zip(plans, item_scores):
         key = (plan.config, plan.length, plan.item.id)
+        records = item_records(plan, result, drift.TOP_K)
         scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
-            fingerprints[key], target_records(plan, result)
-        )
+            fingerprints[key], records.targets, records.controls, records.drift)
     return scores
 
 
@@ -158,10 +200,12 @@ def score_sets(
             if not fallback or reference.mode == mode:
                 raise
             raise LongctxError(f"{exc}. {fallback[0]}") from None
-    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache, beyond_context=beyond_context)
+    notes: list[str] = []
+    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache, beyond_context=beyond_context,
+                         reference=reference, notes=notes)
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
-    warnings = advisory_differences(reference.meta, scores.meta) if reference is not None else []
+    warnings = (advisory_differences(reference.meta, scores.meta) + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline_rows(sets)
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,

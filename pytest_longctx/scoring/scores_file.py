@@ -16,20 +16,38 @@ from typing import Any, Iterator
 
 from pytest_longctx.data.records import RULES_CONFIGS
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.metrics.drift import Block
 from pytest_longctx.paths import write_atomically, write_bytes_atomically
 
 FORMAT = "pytest-longctx/scores"
-VERSION = 1
+# 2: items keep their control reads and a drift block (metrics/drift.py); 1 is still read, without them
+VERSION = 2
+READS = (1, 2)
 # Meta keys that may differ between a baseline and a run: reported once as a warning.
 ADVISORY = ("dtype", "device", "versions", "chunk_size", "backend")
 
 
 @dataclass
 class ItemScores:
-    """One item's per-target raw scores, with the fingerprint of the record they were scored on."""
+    """One item's per-target raw scores, with the fingerprint of the record they were scored on,
+    its control reads' records and its drift block (docs/metrics.md#drift)."""
 
     fingerprint: str
     targets: list[dict[str, Any]]
+    controls: list[dict[str, Any]] = field(default_factory=list)
+    drift: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"fingerprint": self.fingerprint, "targets": self.targets}
+        if self.controls:
+            body["controls"] = self.controls
+        if self.drift:
+            body["drift"] = self.drift
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> ItemScores:
+        return cls(body["fingerprint"], list(body["targets"]), list(body.get("controls", [])), body.get("drift"))
 
 
 @dataclass
@@ -44,6 +62,12 @@ class ScoresFile:
     sets: dict[str, Any] | None = None
     path: str | None = None
 
+    @property
+    def has_drift(self) -> bool:
+        """Whether its items keep their most likely tokens: a candidate can be compared with it
+        at every read (a version 1 file, or one made by a backend without ``top_k``, cannot)."""
+        return any(s.drift and "ids" in s.drift for _, _, _, s in self.items())
+
     def items(self) -> Iterator[tuple[str, str, str, ItemScores]]:
         for config, by_length in self.scores.items():
             for length, by_item in by_length.items():
@@ -57,10 +81,7 @@ class ScoresFile:
             "mode": self.mode,
             "meta": self.meta,
             "scores": {
-                config: {
-                    length: {i: {"fingerprint": s.fingerprint, "targets": s.targets} for i, s in by_item.items()}
-                    for length, by_item in by_length.items()
-                }
+                config: {length: {i: s.to_json() for i, s in by_item.items()} for length, by_item in by_length.items()}
                 for config, by_length in self.scores.items()
             },
         }
@@ -107,12 +128,26 @@ def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:
     """A scores file from the JSON read from ``path``, its format and version checked."""
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise LongctxError(f"{what} {path}: not a pytest-longctx scores file; {RECREATE}")
-    if body.get("version") != VERSION:
-        raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads {VERSION}; {RECREATE}")
+    if body.get("version") not in READS:
+        raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads "
+                           f"{' and '.join(map(str, READS))}; {RECREATE}")
     try:
-        return scores_from_json(body, str(path))
+        scores = scores_from_json(body, str(path))
     except (KeyError, TypeError, AttributeError) as exc:
         raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {RECREATE}") from None
+    check_drift_blocks(scores, what, RECREATE)
+    return scores
+
+
+def check_drift_blocks(scores: ScoresFile, what: str, fix: str) -> None:
+    """Every item's drift block decodes: a damaged one is one line naming the file and item."""
+    for config, length, item_id, item in scores.items():
+        if item.drift:
+            try:
+                Block.decode(item.drift)
+            except (KeyError, TypeError, ValueError) as exc:  # binascii.Error is a ValueError
+                raise LongctxError(f"{what} {scores.path}: {config}/{length}/{item_id}: its drift block is damaged "
+                                   f"({type(exc).__name__}: {exc}); {fix}") from None
 
 
 def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFile:
@@ -120,7 +155,7 @@ def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFil
     and ``sets``), as a scores file or a results JSON holds it; KeyError/TypeError when malformed."""
     scores = {
         config: {
-            length: {i: ItemScores(s["fingerprint"], list(s["targets"])) for i, s in by_item.items()}
+            length: {i: ItemScores.from_json(s) for i, s in by_item.items()}
             for length, by_item in by_length.items()
         }
         for config, by_length in body["scores"].items()

@@ -1,0 +1,243 @@
+"""Drift at read positions (docs/metrics.md#drift): how far a model's next-token distribution
+moved from its baseline's wherever the benchmark reads, split by how far back the needed
+text lies.
+
+A scored item keeps, beside its per-target records, one *drift block* over all its reads
+in order (every read of every aligned target, then its control reads):
+
+* ``k``: how many most likely tokens were kept per read;
+* ``at``: the (sequence, position) of each read, to check a candidate reads the same ones;
+* ``top1``: the model's arg-max at each read;
+* ``ids`` / ``lps``: the model's own ``k`` most likely tokens and their log-probabilities
+  (what a baseline compares candidates with);
+* ``ref``: the model's log-probabilities of its *reference's* ``k`` ids at each read (a
+  candidate scored against a baseline).
+
+Arrays are little-endian int32 / float32, base64-encoded: a baseline of kilobytes. With
+``p``, ``q`` the baseline's and the candidate's probabilities of the baseline's ids and the
+rest bucket ``p_r = 1 - sum p``, ``q_r = 1 - sum q`` (clamped at 1e-12),
+``KL_K = sum p (log p - log q) + p_r (log p_r - log q_r)``: a lower bound of the full
+KL(P || Q), equal to it when ``k`` covers the vocabulary.
+"""
+from __future__ import annotations
+
+import base64
+import math
+import sys
+from array import array
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from pytest_longctx.data.records import FAR_TOKENS, FactItem, FaithfulnessItem, Item, RuleItem, ToolItem
+from pytest_longctx.metrics.raw import Record, ratio, values
+
+TOP_K = 16  # most likely tokens a baseline keeps per read
+GROUPS = ("far", "near", "control")
+REST_FLOOR = 1e-12  # q_r is clamped here: a candidate sure of the baseline's ids leaves no rest
+
+
+# ------------------------------------------------------------------ the block's arrays
+
+
+def pack(numbers: Iterable[float | int], kind: str) -> str:
+    """``numbers`` as little-endian ``kind`` (``"i"`` int32, ``"f"`` float32), base64."""
+    packed = array(kind, numbers)
+    if packed.itemsize != 4:
+        raise RuntimeError(f"array type {kind!r} is {packed.itemsize} bytes here, not 4")
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack(text: str, kind: str) -> list:
+    packed = array(kind)
+    packed.frombytes(base64.b64decode(text))
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tolist()
+
+
+def float32(value: float) -> float:
+    """``value`` rounded to float32, as the block stores it: the records and the block agree."""
+    return array("f", [value])[0]
+
+
+def block(at: Sequence[tuple[int, int]], top1: Sequence[int], top: Sequence[tuple[Sequence[int], Sequence[float]]] | None,
+          ref: Sequence[Sequence[float]] | None, k: int) -> dict[str, Any]:
+    """A drift block (see the module docstring); ``top``/``ref`` None when not read."""
+    found: dict[str, Any] = {"k": k, "reads": len(at), "at": pack([x for pair in at for x in pair], "i"),
+                             "top1": pack(top1, "i")}
+    if top is not None:
+        found["ids"] = pack([i for ids, _ in top for i in _padded(ids, k, -1)], "i")
+        found["lps"] = pack([v for _, lps in top for v in _padded(lps, k, -math.inf)], "f")
+    if ref is not None:
+        found["ref"] = pack([v for lps in ref for v in _padded(lps, k, math.nan)], "f")
+    return found
+
+
+def _padded(values: Sequence[Any], k: int, fill: Any) -> list[Any]:
+    """A backend whose vocabulary is smaller than ``k`` gives fewer ids: pad to ``k``."""
+    return list(values) + [fill] * (k - len(values))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A drift block decoded: per read, its place, the arg-max, the top-k and the reference's."""
+
+    k: int
+    at: list[tuple[int, int]]
+    top1: list[int]
+    ids: list[list[int]] | None
+    lps: list[list[float]] | None
+    ref: list[list[float]] | None
+
+    @classmethod
+    def decode(cls, found: Mapping[str, Any]) -> Block:
+        k, n = int(found["k"]), int(found["reads"])
+        flat_at = unpack(found["at"], "i")
+        top1 = unpack(found["top1"], "i")
+
+        def rows(name: str, kind: str) -> list[list[Any]] | None:
+            if name not in found:
+                return None
+            flat = unpack(found[name], kind)
+            if len(flat) != n * k:
+                raise ValueError(f"drift block field {name!r}: {len(flat)} values for {n} reads of {k}")
+            return [flat[r * k:(r + 1) * k] for r in range(n)]
+
+        if len(flat_at) != 2 * n or len(top1) != n:
+            raise ValueError(f"drift block: {len(flat_at) // 2} places and {len(top1)} arg-maxes for {n} reads")
+        return cls(k, list(zip(flat_at[::2], flat_at[1::2])), top1, rows("ids", "i"), rows("lps", "f"), rows("ref", "f"))
+
+
+# ------------------------------------------------------------------ one read
+
+
+def kl_k(base_lps: Sequence[float], model_lps: Sequence[float]) -> float:
+    """KL_K of the candidate from the baseline over the baseline's top-k ids and the rest
+    bucket (0 log 0 = 0); NaN when a candidate log-probability is not finite."""
+    total, p_sum, q_sum = 0.0, 0.0, 0.0
+    for lp, lq in zip(base_lps, model_lps):
+        if lp == -math.inf:  # padding of a small vocabulary, or a token of probability 0
+            continue
+        if not math.isfinite(lq) or not math.isfinite(lp):
+            return math.nan
+        p = math.exp(lp)
+        total += p * (lp - lq)
+        p_sum += p
+        q_sum += math.exp(lq)
+    p_rest = max(0.0, 1.0 - p_sum)
+    q_rest = max(REST_FLOOR, 1.0 - q_sum)
+    if p_rest > 0.0:
+        total += p_rest * (math.log(p_rest) - math.log(q_rest))
+    return total
+
+
+@dataclass(frozen=True)
+class ReadDrift:
+    """One read of a candidate against its baseline."""
+
+    group: str  # far, near or control
+    kl: float  # KL_K (NaN: not finite)
+    same_top1: bool  # the candidate's arg-max is the baseline's
+    model_lp: float | None  # the candidate's log-probability of the token read (None: not finite)
+    base_lp: float | None  # the baseline's
+    target: int | None = None  # the target it belongs to; None: a control read
+    distance: int | None = None  # tokens back to what the target needs, where the item says
+
+    @property
+    def dlogp(self) -> float | None:
+        """The candidate's minus the baseline's log-probability of the token read."""
+        return None if self.model_lp is None or self.base_lp is None else self.model_lp - self.base_lp
+
+
+def target_group(item: Item, index: int) -> str:
+    """Whether target ``index`` of ``item`` needs text far back (``FAR_TOKENS`` or more) or near."""
+    if isinstance(item, ToolItem):
+        return "far" if item.targets[index].far else "near"
+    if isinstance(item, (FactItem, RuleItem)):
+        return "far" if item.targets[index].distance_tokens >= FAR_TOKENS else "near"
+    assert isinstance(item, FaithfulnessItem)
+    return "near" if item.depth == "recent" else "far"
+
+
+def _token_logprobs(records: Sequence[Record]) -> list[float | None]:
+    return [v for r in records for v in values(r)]
+
+
+def aligned(model: Block, base: Block) -> bool:
+    return model.at == base.at and base.ids is not None and base.lps is not None and model.ref is not None
+
+
+Place = tuple[str, "int | None", "int | None"]  # (group, target index or None for a control read, distance or None)
+
+
+def places(item: Item, scores: Any) -> list[Place]:
+    """Where each read of an item's drift block belongs, in the block's order: its group,
+    its target (None: a control read) and how far back that target's needed text lies."""
+    found: list[Place] = [
+        (target_group(item, i), i, None if isinstance(item, FaithfulnessItem) else item.targets[i].distance_tokens)
+        for i, record in enumerate(scores.targets) for _ in values(record)]
+    return found + [("control", None, None)] * sum(len(values(r)) for r in scores.controls)
+
+
+def item_reads(item: Item, model: Any, base: Any) -> list[ReadDrift] | None:
+    """The drift of every read of one item, from both sides' scores (``targets``, ``controls``
+    and ``drift`` of a scores file's item); None when either side has no drift block or the
+    candidate did not read the baseline's ids at the baseline's places."""
+    if not model.drift or not base.drift:
+        return None
+    mine, theirs = Block.decode(model.drift), Block.decode(base.drift)
+    if not aligned(mine, theirs):
+        return None
+    where = places(item, base)
+    model_lps = _token_logprobs([*model.targets, *model.controls])
+    base_lps = _token_logprobs([*base.targets, *base.controls])
+    if not len(where) == len(model_lps) == len(base_lps) == len(theirs.at):
+        return None
+    assert theirs.ids is not None and theirs.lps is not None and mine.ref is not None
+    return [ReadDrift(group, kl_k(theirs.lps[n], mine.ref[n]), mine.top1[n] == theirs.top1[n], model_lps[n], base_lps[n],
+                      target, distance) for n, (group, target, distance) in enumerate(where)]
+
+
+# ------------------------------------------------------------------ sums and means
+
+
+def item_summary(reads: Sequence[ReadDrift]) -> dict[str, dict[str, float]]:
+    """Per group: reads with a finite KL, their KL sum, same top-1 count, and the Δ log p sum
+    over the reads where it is finite (the numerators and denominators the bootstrap resamples)."""
+    summary = {}
+    for group in GROUPS:
+        mine = [r for r in reads if r.group == group]
+        finite = [r for r in mine if math.isfinite(r.kl)]
+        deltas = [r.dlogp for r in mine if r.dlogp is not None]
+        summary[group] = {"reads": len(finite), "kl": sum(r.kl for r in finite), "same_top1": sum(r.same_top1 for r in finite),
+                          "dlogp_reads": len(deltas), "dlogp": sum(deltas), "nonfinite": len(mine) - len(finite)}
+    return summary
+
+
+def pooled(summaries: Iterable[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Per group, over items: reads, mean KL_K, same top-1 rate, mean Δ log p (None: no read)."""
+    summaries = list(summaries)
+    found = {}
+    for group in GROUPS:
+        part = [s[group] for s in summaries]
+        reads = sum(int(p["reads"]) for p in part)
+        deltas = sum(int(p["dlogp_reads"]) for p in part)
+        found[group] = {"reads": reads, "nonfinite": sum(int(p["nonfinite"]) for p in part),
+                        "kl": ratio(sum(p["kl"] for p in part), reads),
+                        "same_top1": ratio(sum(p["same_top1"] for p in part), reads),
+                        "dlogp": ratio(sum(p["dlogp"] for p in part), deltas)}
+    return found
+
+
+def set_drift(items: Sequence[Item], model: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the set's drift by group, item id -> its summary) over the items both sides have a
+    drift block for; ``model``/``base``: item id -> the item's scores."""
+    per_item = {}
+    for item in items:
+        reads = item_reads(item, model[item.id], base[item.id])
+        if reads is not None:
+            per_item[item.id] = item_summary(reads)
+    return {"items": len(per_item), "items_without": len(items) - len(per_item), **pooled(per_item.values())}, per_item
+
