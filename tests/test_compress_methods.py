@@ -42,7 +42,7 @@ def test_truncation_loses_early_facts_first(sessions, reader, qwen_tokenizer):
         depth = {d: metrics["by_depth"][d]["retention"] for d in ("early", "mid", "recent")}
         assert depth["early"] <= depth["mid"] <= depth["recent"] == 1.0 and depth["early"] < 0.2, (spec, depth)
         assert 0.3 < metrics["savings"] < 0.8
-    kept = resolve("last_tokens", {"tokens": 300})(sessions[0], {"tokenizer": qwen_tokenizer})
+    kept = resolve("last_tokens", {"tokens": 300})(sessions[0], {"tokenizer": qwen_tokenizer}).messages
     assert kept[0] == sessions[0].messages[0]
     content = [len(qwen_tokenizer(m.content, add_special_tokens=False)["input_ids"]) for m in kept[1:]]
     assert sum(content) <= 300 + len(content)  # a cut message may tokenize one token longer at its new start

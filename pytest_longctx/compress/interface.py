@@ -2,9 +2,12 @@
 
 A compressor is named as ``module:function``, a built-in's name (see ``methods``) or an
 entry point's in the ``pytest_longctx.compressors`` group, and called with the session's
-messages (dicts ``{"role", "content", "name"}``, fresh copies), the probe, its keyword knobs, and what it asks for by keyword:
-``tokenizer`` (the evaluated model's, or the Qwen3.5 one without a model) and
-``scorer`` (self-information of a text's tokens under the evaluated model). A
+messages (dicts ``{"role", "content", "name"}``, fresh copies), the probe, its keyword
+knobs, and what it asks for by keyword: ``tokenizer`` (the evaluated model's, or the
+Qwen3.5 one without a model), ``encoding`` (the same tokenizer as a tiktoken-like
+``encode``/``decode``, ``encoding.Encoding``) and ``scorer`` (self-information of a
+text's tokens under the evaluated model). How it wants the probe, references it can
+expand, the package it needs and whether its outputs are cached: ``conventions``. A
 compressor that raises or returns something other than messages fails that item with a
 message naming it; the other items go on.
 """
@@ -14,16 +17,18 @@ from __future__ import annotations
 import ast
 import inspect
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from pytest_longctx.backends.registry import COMPRESSORS, RegistryError
 from pytest_longctx.backends.registry import resolve as resolve_name
+from pytest_longctx.compress.conventions import PROBE_LAST_MESSAGE, Conventions, declared
 from pytest_longctx.compress.methods import BUILTIN, KNOB_RANGES
-from pytest_longctx.data.records import FaithfulnessItem, Message
+from pytest_longctx.data.records import FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError
 
-SERVICES = ("tokenizer", "scorer")
+SERVICES = ("tokenizer", "encoding", "scorer")
 
 
 class CompressorError(LongctxError):
@@ -79,6 +84,15 @@ def _import(spec: str, search: Path | None) -> Callable[..., Any]:
 
 
 @dataclass(frozen=True)
+class Compression:
+    """What a compressor made of one session: the messages a reader sees and, for a
+    compressor that can expand references, each reference's content (None where it had none)."""
+
+    messages: tuple[Message, ...]
+    expansions: dict[str, str | None] | None = None
+
+
+@dataclass(frozen=True)
 class Compressor:
     """A resolved compressor with its knobs, callable on an item; a failure is a
     ``CompressorError``."""
@@ -87,19 +101,46 @@ class Compressor:
     function: Callable[..., Any]
     knobs: Mapping[str, Any]
     needs: frozenset[str]  # the services it takes by keyword
+    conventions: Conventions = Conventions()
 
     @property
     def label(self) -> str:
         return " ".join([self.spec, *(f"{k}={v}" for k, v in self.knobs.items())])
 
-    def __call__(self, item: FaithfulnessItem, services: Mapping[str, Any]) -> tuple[Message, ...]:
+    def __call__(self, item: FaithfulnessItem, services: Mapping[str, Any]) -> Compression:
+        where = f"item {item.id}: compressor {self.label}"
         messages = [{"role": m.role, "content": m.content, "name": m.name} for m in item.messages]
+        last_message = self.conventions.probe == PROBE_LAST_MESSAGE
+        if last_message:
+            messages.append({"role": "user", "content": item.probe, "name": None})
         given = {name: services[name] for name in self.needs}
         try:
             result = self.function(messages, item.probe, **self.knobs, **given)
         except Exception as exc:  # whatever a user's compressor raises fails this item only
-            raise CompressorError(f"item {item.id}: compressor {self.label} raised {type(exc).__name__}: {exc}") from None
-        return validate_output(result, f"item {item.id}: compressor {self.label}")
+            raise CompressorError(f"{where} raised {type(exc).__name__}: {exc}") from None
+        output = validate_output(result, where)
+        if last_message:
+            if not output or output[-1].role != "user" or output[-1].content != item.probe:
+                raise CompressorError(f"{where}: it takes the probe as the last message (probe='last_message') but did "
+                                      "not return it last, as a user message with the probe unchanged")
+            output = output[:-1]
+        return Compression(output, self.expand(output, where))
+
+    def expand(self, messages: tuple[Message, ...], where: str) -> dict[str, str | None] | None:
+        """Every reference the messages make, with its content (None without expand)."""
+        expand = self.conventions.expand
+        if expand is None:
+            return None
+        found: dict[str, str | None] = {}
+        for ref in self.conventions.references(session_text(messages)):
+            try:
+                content = expand(ref)
+            except Exception as exc:
+                raise CompressorError(f"{where}: expand({ref!r}) raised {type(exc).__name__}: {exc}") from None
+            if content is not None and not isinstance(content, str):
+                raise CompressorError(f"{where}: expand({ref!r}) returned {type(content).__name__}; expected str or None")
+            found[ref] = content
+        return found
 
 
 def validate_output(result: Any, where: str) -> tuple[Message, ...]:
@@ -119,13 +160,25 @@ def validate_output(result: Any, where: str) -> tuple[Message, ...]:
     return tuple(messages)
 
 
+def _check_installed(spec: str, conventions: Conventions) -> None:
+    if conventions.requires is None:
+        return
+    try:
+        distribution(conventions.requires)
+    except PackageNotFoundError:
+        install = f'pip install "pytest-longctx[{conventions.extra}]"' if conventions.extra else f"pip install {conventions.requires}"
+        raise LongctxError(f"compressor {spec} needs the {conventions.requires} package: {install}") from None
+
+
 def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> Compressor:
     """The compressor ``spec`` names, with its knobs checked against its signature."""
     function = _import(spec, search)
+    conventions = declared(function)
+    _check_installed(spec, conventions)
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):  # a builtin or extension callable: nothing to check
-        return Compressor(spec, function, dict(knobs), frozenset())
+        return Compressor(spec, function, dict(knobs), frozenset(), conventions)
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     accepted = [name for name in list(parameters)[2:] if name not in SERVICES]
     unknown = [k for k in knobs if k in SERVICES or (k not in accepted and not open_ended)]
@@ -136,4 +189,4 @@ def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> 
         problem = knob_problem(value, default, KNOB_RANGES.get(name) if spec in BUILTIN else None)
         if problem:
             raise LongctxError(f"compressor {spec}: knob {name}={value!r} {problem}")
-    return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters))
+    return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters), conventions)
