@@ -14,6 +14,8 @@ called the plain way:
 * ``requires=DIST`` and ``extra=NAME``: the distribution the compressor needs; when it
   is not installed the compressor cannot be resolved, with one line naming
   ``pip install "pytest-longctx[NAME]"``.
+* ``ranges={KNOB: (LOW, HIGH)}``: the smallest and largest value of numeric knobs (HIGH
+  None: no largest), checked before any session is compressed.
 * ``cache=(DIST, ...)``: a slow compressor's outputs are kept on disk between runs, keyed
   by the session, the knobs, the compressor's source, what it is given (the tokenizer,
   the model) and these distributions' versions.
@@ -21,8 +23,8 @@ called the plain way:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 PROBE_ARGUMENT, PROBE_LAST_MESSAGE = "argument", "last_message"
 ATTRIBUTE = "longctx_conventions"
@@ -36,6 +38,7 @@ class Conventions:
     requires: str | None = None
     extra: str | None = None
     cache: tuple[str, ...] = ()
+    ranges: Mapping[str, tuple[float, float | None]] = field(default_factory=dict)
 
     def references(self, text: str) -> list[str]:
         """The references a compressed text makes, in order, each once."""
@@ -45,7 +48,8 @@ class Conventions:
 
 
 def conventions(*, probe: str = PROBE_ARGUMENT, expand: Callable[[str], str | None] | None = None, refs: str | None = None,
-                requires: str | None = None, extra: str | None = None, cache: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+                requires: str | None = None, extra: str | None = None, cache: tuple[str, ...] = (),
+                ranges: Mapping[str, tuple[float, float | None]] | None = None) -> Callable[[Any], Any]:
     """Declare how the decorated compressor is called (see the module's docstring)."""
     if probe not in (PROBE_ARGUMENT, PROBE_LAST_MESSAGE):
         raise ValueError(f"probe={probe!r}: expected {PROBE_ARGUMENT!r} or {PROBE_LAST_MESSAGE!r}")
@@ -54,7 +58,7 @@ def conventions(*, probe: str = PROBE_ARGUMENT, expand: Callable[[str], str | No
     pattern = re.compile(refs) if refs is not None else None
     if pattern is not None and pattern.groups < 1:
         raise ValueError(f"refs={refs!r}: the pattern needs a group that captures the reference")
-    declared = Conventions(probe, expand, pattern, requires, extra, tuple(cache))
+    declared = Conventions(probe, expand, pattern, requires, extra, tuple(cache), dict(ranges or {}))
 
     def declare(function: Any) -> Any:
         setattr(function, ATTRIBUTE, declared)

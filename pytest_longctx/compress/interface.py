@@ -58,15 +58,34 @@ def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
     return knobs
 
 
-def knob_problem(value: Any, default: Any, bounds: tuple[float, float | None] | None) -> str | None:
+KINDS = {"bool": ((bool,), "True or False"), "int": ((int,), "a whole number"), "float": ((int, float), "a number"),
+         "str": ((str,), "a string (in quotes)")}
+
+
+def _kind(default: Any, annotation: Any) -> tuple[tuple[type, ...], str] | None:
+    """The values a knob takes, from its default, or for a default of None from its
+    annotation (``int | None``: a whole number or None); None when neither tells."""
+    if default is not None and default is not inspect.Parameter.empty:
+        return KINDS.get(type(default).__name__)
+    names = [n.strip() for n in str(getattr(annotation, "__name__", annotation)).split("|")]
+    known = [KINDS[n] for n in names if n in KINDS]
+    if default is None and len(known) == 1 and len(names) == 2 and "None" in names:
+        return known[0][0] + (type(None),), f"{known[0][1]} or None"
+    return None
+
+
+def knob_problem(value: Any, default: Any, bounds: tuple[float, float | None] | None,
+                 annotation: Any = inspect.Parameter.empty) -> str | None:
     """What is wrong with a knob's value, or None: a value of another kind than the knob's
     default (a whole number where the default is one, a number for a float, True/False for
-    a bool), or one outside the built-in's range."""
-    kinds = {bool: ((bool,), "True or False"), int: ((int,), "a whole number"), float: ((int, float), "a number")}
-    expected, wanted = kinds.get(type(default), (None, ""))
-    if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
-        return f"is not {wanted}"
-    if bounds and isinstance(value, (int, float)):
+    a bool, a string for a string) or than its annotation says when the default is None,
+    or one outside the knob's range."""
+    kind = _kind(default, annotation)
+    if kind is not None:
+        expected, wanted = kind
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            return f"is not {wanted}"
+    if bounds and isinstance(value, (int, float)) and not isinstance(value, bool):
         low, high = bounds
         if value < low or (high is not None and value > high):
             return "is out of range: it must be " + (f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}")
@@ -184,9 +203,11 @@ def resolve(spec: str, knobs: Mapping[str, Any], search: Path | None = None) -> 
     unknown = [k for k in knobs if k in SERVICES or (k not in accepted and not open_ended)]
     if unknown:
         raise LongctxError(f"compressor {spec}: unknown knob {', '.join(unknown)}; it takes {', '.join(accepted) or 'no knobs'}")
+    ranges = KNOB_RANGES if spec in BUILTIN else conventions.ranges
     for name, value in knobs.items():
-        default = parameters[name].default if name in parameters else inspect.Parameter.empty
-        problem = knob_problem(value, default, KNOB_RANGES.get(name) if spec in BUILTIN else None)
+        parameter = parameters.get(name)
+        default, annotation = (parameter.default, parameter.annotation) if parameter else (inspect.Parameter.empty,) * 2
+        problem = knob_problem(value, default, ranges.get(name), annotation)
         if problem:
             raise LongctxError(f"compressor {spec}: knob {name}={value!r} {problem}")
     return Compressor(spec, function, dict(knobs), frozenset(s for s in SERVICES if s in parameters), conventions)
