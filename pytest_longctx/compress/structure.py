@@ -28,13 +28,14 @@ def word_pairs(text: str) -> set[tuple[str, str]]:
     return set(zip(words, words[1:]))
 
 
-def sources(message: Message, originals: Sequence[set[tuple[str, str]]]) -> list[int]:
-    """Indices of the originals ``message`` draws on, its main source first."""
+def sources(message: Message, original: Sequence[Message], originals: Sequence[set[tuple[str, str]]]) -> list[int]:
+    """Indices of the originals ``message`` draws on, its main source first (among equals,
+    one of its own role, then the earliest)."""
     left = word_pairs(message.content)
     found: list[int] = []
     while left:
         gains = [len(pairs & left) if n not in found else 0 for n, pairs in enumerate(originals)]
-        best = max(range(len(gains)), key=lambda n: (gains[n], -n), default=None)
+        best = max(range(len(gains)), key=lambda n: (gains[n], original[n].role == message.role, -n), default=None)
         if best is None or gains[best] < (MIN_NEW_PAIRS if found else 1):
             break
         found.append(best)
@@ -47,7 +48,7 @@ def structural_changes(original: Sequence[Message], compressed: Sequence[Message
     pairs = [word_pairs(m.content) for m in original]
     changes = dict.fromkeys(STRUCTURE, 0)
     for message in compressed:
-        found = sources(message, pairs)
+        found = sources(message, original, pairs)
         changes["merged"] += len(found) > 1
         main = original[found[0]].role if found else None
         if message.role == "system" and main != "system":

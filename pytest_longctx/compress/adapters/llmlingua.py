@@ -25,7 +25,6 @@ Its outputs are cached between runs (it is slow: a forward pass per window).
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from pytest_longctx.backends.aliases import resolve_model
@@ -34,8 +33,12 @@ from pytest_longctx.compress.conventions import conventions
 DEFAULT_MODEL = "NousResearch/Llama-2-7b-hf"  # LLMLingua's own default
 
 
-@functools.lru_cache(maxsize=2)
-def _compressor(model: str, device: str) -> Any:
+# (model, device) -> its PromptCompressor, or why it cannot be loaded (not tried again: a
+# hub that cannot be reached takes half a minute of retries to say so)
+LOADED: dict[tuple[str, str], Any] = {}
+
+
+def _load(model: str, device: str) -> Any:
     from unittest import mock
 
     import tiktoken
@@ -46,8 +49,17 @@ def _compressor(model: str, device: str) -> Any:
         with mock.patch.object(tiktoken, "encoding_for_model", lambda name: None):  # set per call: the gate's encoding
             return PromptCompressor(model_name=reference, device_map=device, model_config={})
     except OSError as exc:  # transformers' way of saying the model cannot be had
-        raise RuntimeError(f"model {model!r} cannot be loaded ({str(exc).splitlines()[0]}); offline, give a local "
-                           "model folder or an alias: --longctx-knob model='smollm2-135m'") from None
+        return RuntimeError(f"model {model!r} cannot be loaded ({str(exc).splitlines()[0]}); offline, give a local "
+                            "model folder or a model alias as the knob model, e.g. model='smollm2-135m'")
+
+
+def _compressor(model: str, device: str) -> Any:
+    if (model, device) not in LOADED:
+        LOADED[model, device] = _load(model, device)
+    found = LOADED[model, device]
+    if isinstance(found, Exception):
+        raise found
+    return found
 
 
 @conventions(requires="llmlingua", extra="llmlingua", cache=("llmlingua", "transformers", "torch"),
