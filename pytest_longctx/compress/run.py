@@ -7,7 +7,7 @@ full one; a row with a threshold is a test:
 
   retention-verbatim    facts kept, verbatim probes (standard suite)     >= 1.00 by default
   retention-paraphrase  facts kept, paraphrase probes (standard suite)   >= 0.95 by default
-  retention, retention-low_surprisal, savings, answer-recall, answer-logprob: reported;
+  retention, retention-low_surprisal, retention-tool_heavy, savings, answer-recall, answer-logprob: reported;
   ``--longctx-threshold 'KEY:METRIC=VALUE'`` (retention, savings; drop for the answers)
   makes any of them a test.
 
