@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
 from itemkit import write_split
 
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
