@@ -7,26 +7,15 @@ import importlib.util
 import pytest
 from itemkit import write_split
 
-from pytest_longctx.compress.evaluate import Reader, compress_all
+from pytest_longctx.compress.evaluate import compress_all
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
-from pytest_longctx.data.schema import parse_item
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_summary
 
 
 def needs(module: str, package: str):
     return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{package} is not installed")
-
-
-@pytest.fixture(scope="module")
-def sessions():
-    return [parse_item("faithfulness", row, f"row {n}") for n, row in enumerate(build_faithfulness(seed=0, limit=24))]
-
-
-@pytest.fixture(scope="module")
-def reader(qwen_tokenizer):
-    return Reader.of(None, None)
 
 
 def summary(spec, knobs, sessions, reader):
@@ -114,6 +103,10 @@ def test_llmlingua_on_smollm2_merges_a_session_into_one_message(sessions, reader
 
 @needs("llmlingua", "llmlingua")
 def test_llmlingua_that_cannot_load_its_model_could_not_start_with_one_line(sessions, reader, tmp_path):
+    with pytest.raises(LongctxError, match=r"knob model=5 is not a string \(in quotes\)"):
+        resolve("llmlingua", {"model": 5})
+    with pytest.raises(LongctxError, match="knob rate=1.5 is out of range: it must be between 0 and 1"):
+        resolve("llmlingua", {"rate": 1.5})
     with pytest.raises(LongctxError) as stopped:
         summary("llmlingua", {"model": str(tmp_path / "no-model-here")}, sessions[:3], reader)
     message = str(stopped.value)

@@ -5,23 +5,12 @@ import re
 
 import pytest
 
-from pytest_longctx.compress.evaluate import Reader, compress_one
+from pytest_longctx.compress.evaluate import compress_one
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.methods import last_messages, selective_context, sentence_relevance, sentences
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
-from pytest_longctx.data.schema import parse_item
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics
-
-
-@pytest.fixture(scope="module")
-def sessions():
-    return [parse_item("faithfulness", row, f"row {n}") for n, row in enumerate(build_faithfulness(seed=0, limit=96))]
-
-
-@pytest.fixture(scope="module")
-def reader(qwen_tokenizer):
-    return Reader.of(None, None)
 
 
 def run(spec, knobs, sessions, reader):

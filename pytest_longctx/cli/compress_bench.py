@@ -27,7 +27,7 @@ from pytest_longctx.compress.sweep import (
     parse_sweep,
     short_names,
 )
-from pytest_longctx.data.records import session_text
+from pytest_longctx.data.records import SUITES, session_text
 from pytest_longctx.data.sessions import load_sessions, sessions
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics, compression_summary
@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "dataset's folder or file, or a hub id")
     p.add_argument("--limit", type=int, help="the first N sessions (the builtin order covers every probe type x depth "
                    "x placement evenly)")
+    p.add_argument("--suites", type=names, help=f"only the sessions of these suites ({', '.join(SUITES)}), after --limit")
     p.add_argument("--model", help="the reader for Layer B and the tokenizer for savings (else Qwen3.5, Layer A only)")
     p.add_argument("--out", metavar="PATH", help="write every point's metrics (with breakdowns) as JSON")
     add_reader_arguments(p)
@@ -87,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out")
     sweeps = _sweeps(args)
     compressors = [resolve(method, knobs, Path.cwd()) for method, sweep in sweeps.items() for knobs in knob_grid(sweep)]
+    if args.suites and (unknown := [s for s in args.suites if s not in SUITES]):
+        raise LongctxError(f"--suites {','.join(args.suites)}: no suite {', '.join(unknown)}; the suites are {', '.join(SUITES)}")
     dataset = load_sessions(args.data, args.limit)
-    pairs = sessions(dataset)
+    pairs = [(split, item) for split, item in sessions(dataset) if not args.suites or item.suite in args.suites]
+    if not pairs:
+        raise LongctxError(f"--data {args.data}: no session" + (f" of the suites {','.join(args.suites)}" if args.suites else ""))
     backend = None
     if args.model:
         backend, _ = load_backend(args.model, args.backend, args.dtype, args.device)
@@ -98,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if reader.scorer is not None and any("scorer" in c.needs for c in compressors):
         reader.scorer.prepare([session_text(item.messages) for _, item in pairs], progress and
                               (lambda items, tokens: Progress(items, tokens, label="self-information")))
+    for split, item in pairs:  # counted once, before any compressor's time is taken
+        reader.full_tokens(split, item)
     runs: list[tuple[Any, list[Compressed], float]] = []
     for compressor in compressors:
         started = time.perf_counter()

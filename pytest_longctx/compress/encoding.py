@@ -3,19 +3,28 @@
 compressor that takes ``encoding``, its budgets are in the tokens savings are counted in.
 
 Special-token markup is tokenized as plain text (``allowed_special`` and
-``disallowed_special`` are accepted and do nothing): a session's contents are text."""
+``disallowed_special`` are accepted and do nothing): a session's contents are text.
+Libraries count the same texts again and again while they fit a budget, so the ids of
+the last ``KNOWN`` texts are kept."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Sequence
+
+KNOWN = 4096
 
 
 class Encoding:
     def __init__(self, tokenizer: Any, name: str):
         self.tokenizer = tokenizer
         self.name = name
+        self._ids = functools.lru_cache(maxsize=KNOWN)(self._tokenize)
+
+    def _tokenize(self, text: str) -> tuple[int, ...]:
+        return tuple(int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode(self, text: str, *, allowed_special: Any = None, disallowed_special: Any = None) -> list[int]:
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        return list(self._ids(text))
 
     def encode_ordinary(self, text: str) -> list[int]:
         return self.encode(text)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Callable, TypeVar
 
 from pytest_longctx.data.builtin import tool_outputs
 from pytest_longctx.data.builtin.faithfulness_facts import STANDARD, SUITE_FACTS, PlantedFact
@@ -194,9 +194,18 @@ def build_item(index: int, seed: int) -> dict:
     name = rng.choice(sorted(projects()))
     workspace = Workspace(name, projects()[name], rng)
     blocks = _blocks(session, workspace, rng.randint(7, 12))
+    row = _row(index, session, blocks, lambda: _fact_block(session, fact, placement), fact, probe_type, depth, placement, suite)
+    return {**row, "sources": _sources(session, workspace)}
+
+
+def _row(index: int, session: Session, blocks: list[list[dict]], fact_block: Callable[[], list[dict]], fact: PlantedFact,
+         probe_type: str, depth: str, placement: str, suite: str) -> dict:
+    """The item's fields but its sources: the block ``fact_block()`` makes put among the
+    others where ``depth`` says, after a system prompt, and a probe of ``probe_type``."""
+    rng = session.rng
     low, high = DEPTH_RANGE[depth]
     at = min(len(blocks), int(round(rng.uniform(low, high) * len(blocks))))
-    blocks.insert(at, _fact_block(session, fact, placement))
+    blocks.insert(at, fact_block())
     messages = [session.say("system", rng.choice(SYSTEM_PROMPTS))] + [m for block in blocks for m in block]
     return {
         "id": f"s{index:04d}",
@@ -208,7 +217,6 @@ def build_item(index: int, seed: int) -> dict:
         "placement": placement,
         "concept": fact.concept,
         "suite": suite,
-        "sources": _sources(session, workspace),
     }
 
 
@@ -258,23 +266,11 @@ def build_tool_heavy_item(index: int, seed: int) -> dict:
     for kind in rng.sample(kinds, rng.randint(1, 2)):
         blocks.insert(rng.randint(0, len(blocks)), _large_output(session, workspace, kind, _log_uniform(rng, OTHER_TOKENS), None,
                                                                  others))
-    low, high = DEPTH_RANGE[depth]
-    at = min(len(blocks), int(round(rng.uniform(low, high) * len(blocks))))
-    blocks.insert(at, _large_output(session, workspace, holder, _log_uniform(rng, HOLDER_TOKENS), fact.fact, others))
-    messages = [session.say("system", rng.choice(SYSTEM_PROMPTS))] + [m for block in blocks for m in block]
-    listed = tuple(others) if any(m["content"].startswith("-rw-") for m in messages if m["role"] == "tool") else ()
-    return {
-        "id": f"s{index:04d}",
-        "messages": messages,
-        "probe": rng.choice(fact.verbatim if probe_type == "verbatim" else fact.paraphrase),
-        "probe_type": probe_type,
-        "required_facts": [fact.required],
-        "depth": depth,
-        "placement": "buried",
-        "concept": fact.concept,
-        "suite": "tool_heavy",
-        "sources": _sources(session, workspace, listed),
-    }
+    row = _row(index, session, blocks,
+               lambda: _large_output(session, workspace, holder, _log_uniform(rng, HOLDER_TOKENS), fact.fact, others),
+               fact, probe_type, depth, "buried", "tool_heavy")
+    listed = tuple(others) if any(m["content"].startswith("-rw-") for m in row["messages"] if m["role"] == "tool") else ()
+    return {**row, "sources": _sources(session, workspace, listed)}
 
 
 def build_faithfulness(seed: int, limit: int | None = None) -> list[dict]:
