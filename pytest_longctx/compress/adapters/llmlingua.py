@@ -26,6 +26,7 @@ Its outputs are cached between runs (it is slow: a forward pass per window).
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.compress.conventions import conventions
@@ -39,8 +40,6 @@ LOADED: dict[tuple[str, str], Any] = {}
 
 
 def _load(model: str, device: str) -> Any:
-    from unittest import mock
-
     import tiktoken
     from llmlingua import PromptCompressor
 
