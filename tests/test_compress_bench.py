@@ -86,6 +86,15 @@ def test_the_command_prints_both_tables_and_writes_every_point(tmp_path, capsys)
     assert heavy["sets"]["train"]["by_depth"]["early"]["retention"] <= heavy["sets"]["train"]["by_depth"]["recent"]["retention"]
 
 
+def test_suites_select_sessions_and_an_unknown_one_is_one_line(tmp_path, capsys):
+    write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=18))
+    assert main(["compress-bench", "--data", str(tmp_path), "--methods", "identity", "--suites", "low_surprisal", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("6 sessions from") and "low-surprisal n=6" in printed and "verbatim" not in printed
+    assert main(["compress-bench", "--data", str(tmp_path), "--suites", "tools", "--quiet"]) == 2
+    assert "--suites tools: no suite tools; the suites are standard, low_surprisal, tool_heavy" in capsys.readouterr().err
+
+
 def test_selective_context_needs_a_model_and_says_so(tmp_path, capsys):
     write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=2))
     assert main(["compress-bench", "--data", str(tmp_path), "--methods", "selective_context", "--quiet"]) == 2
