@@ -40,8 +40,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import gguf_variants  # noqa: E402
-from variants import VARIANTS, build  # noqa: E402
-
 from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.gate.comparison import compare_files
 from pytest_longctx.gate.results import read_results
@@ -51,6 +49,7 @@ from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
 from pytest_longctx.reports.text import failing_rows
 from pytest_longctx.scoring.scores_file import load_scores
+from variants import VARIANTS, build  # noqa: E402
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"

@@ -158,3 +158,20 @@ def bpe_tokenizer(rows):
 @pytest.fixture(scope="session")
 def bpe_model(rows, bpe_tokenizer):
     return trained_qwen3(training_sequences(rows, bpe_tokenizer), len(bpe_tokenizer))
+
+
+@pytest.fixture(scope="session")
+def sessions(qwen_tokenizer):
+    """The first 96 builtin faithfulness sessions (standard and low-surprisal), as records."""
+    from pytest_longctx.data.builtin.faithfulness import build_faithfulness
+    from pytest_longctx.data.schema import parse_item
+
+    return [parse_item("faithfulness", row, f"row {n}") for n, row in enumerate(build_faithfulness(seed=0, limit=96))]
+
+
+@pytest.fixture(scope="session")
+def reader(qwen_tokenizer):
+    """What compressions are measured with when no model reads: the Qwen3.5 tokenizer."""
+    from pytest_longctx.compress.evaluate import Reader
+
+    return Reader.of(None, None)

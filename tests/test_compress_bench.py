@@ -7,7 +7,7 @@ import pytest
 from itemkit import write_split
 
 from pytest_longctx.cli import main
-from pytest_longctx.compress.sweep import Point, at_savings, pareto_front, parse_sweep
+from pytest_longctx.compress.sweep import Point, at_savings, matched_table, pareto_front, parse_sweep, short_names
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.errors import LongctxError
 
@@ -29,6 +29,25 @@ def test_matched_savings_interpolate_within_a_sweep_only():
     assert at_savings(sweep, 0.1, "retention") is None and at_savings(sweep, 0.7, "retention") is None
 
 
+def test_every_method_is_placed_at_matched_savings_from_the_identity_anchor():
+    single, sweep = [point("one", 0.6, 0.7)], [point("a", 0.4, 0.8), point("a", 0.8, 0.4)]
+    assert at_savings(single, 0.5, "retention") is None  # alone, a single point reaches no other savings
+    assert at_savings(single, 0.3, "retention", anchored=True) == pytest.approx(0.85)  # halfway from (0, 1.0)
+    assert at_savings(sweep, 0.2, "retention", anchored=True) == pytest.approx(0.9)
+    assert at_savings(sweep, 0.9, "retention", anchored=True) is None  # never beyond the heaviest point
+    rows = {line.split()[0]: line for line in matched_table([point("identity", 0.0, 1.0), *single, *sweep]).splitlines()}
+    assert rows["identity"].split()[1:4] == ["0.00:", "1.00", "/"] and rows["identity"].count("n/a") == 1 + 4  # no paraphrase row here
+    assert rows["one"].split()[1:3] == ["0.60:", "0.70"] and "0.88 / n/a (a)  0.75 / n/a (a)" in rows["one"]
+    assert rows["one"].endswith("n/a             n/a")  # beyond its one point: not placed
+    assert rows["a"].split()[1:] == ["0.40-0.80", "0.88", "/", "n/a", "(a)", "0.70", "/", "n/a", "0.45", "/", "n/a", "n/a"]
+
+
+def test_display_names_are_short_unless_two_would_clash():
+    assert short_names(["identity", "ctxgate", "my.pkg.context:compress", "tools:trim"]) == {
+        "identity": "identity", "ctxgate": "ctxgate", "my.pkg.context:compress": "context", "tools:trim": "trim"}
+    assert short_names(["a.x:trim", "b.y:trim"]) == {"a.x:trim": "a.x:trim", "b.y:trim": "b.y:trim"}
+
+
 def test_sweeps_parse_with_module_paths_and_refuse_nonsense():
     assert parse_sweep("last_tokens:tokens=128,256") == ("last_tokens", "tokens", [128, 256])
     assert parse_sweep("my.mod:fn:ratio=0.5,'x'") == ("my.mod:fn", "ratio", [0.5, "x"])
@@ -46,16 +65,34 @@ def test_the_command_prints_both_tables_and_writes_every_point(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert code == 0
     assert "18 sessions from" in printed and "Qwen3.5" in printed and "none (give --model)" in printed
-    lines = {tuple(line.split()[:2]): line.split() for line in printed.splitlines() if line.split()}
-    assert lines[("identity", "-")][2:7] == ["0.000", "1.000", "1.000", "1.000", "1.000"] and lines[("identity", "-")][-1] == "*"
+    lines = {tuple(line.split()[:2]): line for line in printed.splitlines() if line.split()}
+    assert lines[("identity", "-")].split()[2:9] == ["0.000", "[0.00,", "0.00]", "0.000", "0.000", "1.000", "[1.00,"]
+    assert lines[("identity", "-")].endswith("*") and "verbatim n=6" in printed and "low-surprisal n=6" in printed
+    assert "tool-heavy" not in printed  # no session of that suite: no column
     assert ("last_messages", "count=4") in lines and ("sentence_relevance", "ratio=0.75") in lines
-    assert "at 50% savings" in printed and "identity" not in printed.split("at 50% savings")[1]
+    matched = printed.split("at 50% savings")[1]
+    assert "identity" in matched and "0.00: 1.00 / 1.00" in matched
     body = json.loads(out.read_text())
     assert [(p["method"], p["knobs"]) for p in body["points"]][:3] == [
         ("identity", {}), ("last_messages", {"count": 10}), ("last_messages", {"count": 4})]
+    assert body["meta"]["cells"]["retention-verbatim"] == 6 and all(p["seconds"] >= 0 for p in body["points"])
     heavy = body["points"][2]
     assert heavy["rows"]["retention"][1] == heavy["sets"]["train"]["retention"] < 1
+    low, high = heavy["intervals"]["retention"]
+    assert low < heavy["rows"]["retention"][1] < high and low >= 0.0 and high <= 1.0
+    low, high = heavy["intervals"]["savings"]
+    assert low < heavy["summary"]["savings"] < high
+    assert heavy["summary"]["content_savings"] > 0.5 and heavy["summary"]["structure"]["merged"] == 0
     assert heavy["sets"]["train"]["by_depth"]["early"]["retention"] <= heavy["sets"]["train"]["by_depth"]["recent"]["retention"]
+
+
+def test_suites_select_sessions_and_an_unknown_one_is_one_line(tmp_path, capsys):
+    write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=18))
+    assert main(["compress-bench", "--data", str(tmp_path), "--methods", "identity", "--suites", "low_surprisal", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("6 sessions from") and "low-surprisal n=6" in printed and "verbatim" not in printed
+    assert main(["compress-bench", "--data", str(tmp_path), "--suites", "tools", "--quiet"]) == 2
+    assert "--suites tools: no suite tools; the suites are standard, low_surprisal, tool_heavy" in capsys.readouterr().err
 
 
 def test_selective_context_needs_a_model_and_says_so(tmp_path, capsys):

@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
 from itemkit import write_split
 
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
@@ -36,7 +37,7 @@ def test_the_identity_compressor_passes_with_everything_kept(pytester, sessions_
     result.assert_outcomes(passed=24 + 2)  # an item test each, and the verbatim and paraphrase rows
     text = result.stdout.str()
     assert "longctx compressor gate: identity on" in text and "Qwen3.5" in text and "Layer A only" in text
-    assert [line.split() for line in text.splitlines() if line.startswith("Realized savings")] == [
+    assert [line.split() for line in text.splitlines() if line.startswith("Realized savings ")] == [
         ["Realized", "savings", "0.000", "0.000", "+0.000", "reported", "-"]]
     properties, suite = _properties(junit)
     assert properties[f"longctx.row.{ROW}"] == properties[f"longctx.full_row.{ROW}"] == "1.000000"

@@ -5,23 +5,12 @@ import re
 
 import pytest
 
-from pytest_longctx.compress.evaluate import Reader, compress_one
+from pytest_longctx.compress.evaluate import compress_one
 from pytest_longctx.compress.interface import resolve
 from pytest_longctx.compress.methods import last_messages, selective_context, sentence_relevance, sentences
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
-from pytest_longctx.data.schema import parse_item
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics
-
-
-@pytest.fixture(scope="module")
-def sessions():
-    return [parse_item("faithfulness", row, f"row {n}") for n, row in enumerate(build_faithfulness(seed=0, limit=96))]
-
-
-@pytest.fixture(scope="module")
-def reader(qwen_tokenizer):
-    return Reader.of(None, None)
 
 
 def run(spec, knobs, sessions, reader):
@@ -42,7 +31,7 @@ def test_truncation_loses_early_facts_first(sessions, reader, qwen_tokenizer):
         depth = {d: metrics["by_depth"][d]["retention"] for d in ("early", "mid", "recent")}
         assert depth["early"] <= depth["mid"] <= depth["recent"] == 1.0 and depth["early"] < 0.2, (spec, depth)
         assert 0.3 < metrics["savings"] < 0.8
-    kept = resolve("last_tokens", {"tokens": 300})(sessions[0], {"tokenizer": qwen_tokenizer})
+    kept = resolve("last_tokens", {"tokens": 300})(sessions[0], {"tokenizer": qwen_tokenizer}).messages
     assert kept[0] == sessions[0].messages[0]
     content = [len(qwen_tokenizer(m.content, add_special_tokens=False)["input_ids"]) for m in kept[1:]]
     assert sum(content) <= 300 + len(content)  # a cut message may tokenize one token longer at its new start

@@ -34,7 +34,7 @@ def test_same_seed_same_items_and_a_card(built, items):
     first = build_faithfulness(0, limit=12)
     assert [(i.id, i.probe, [m.content for m in i.messages]) for i in items[:12]] == [
         (r["id"], r["probe"], [m["content"] for m in r["messages"]]) for r in first]
-    assert "| faithfulness | train | 300 | 300 facts |" in (built / "README.md").read_text()
+    assert "| faithfulness | train | 348 | 348 facts |" in (built / "README.md").read_text()
 
 
 def test_every_fact_has_both_probe_types_and_every_suite_every_depth_and_placement(items):
@@ -48,7 +48,7 @@ def test_every_fact_has_both_probe_types_and_every_suite_every_depth_and_placeme
         combos = Counter((i.probe_type, i.depth, i.placement) for i in mine)
         assert set(combos) == {(p, d, pl) for p in PROBE_TYPES for d in DEPTHS for pl in FACT_PLACEMENTS}
         assert max(combos.values()) - min(combos.values()) <= 1  # balanced
-    assert Counter(i.suite for i in items) == {"standard": 200, "low_surprisal": 100}
+    assert Counter(i.suite for i in items) == {"standard": 200, "low_surprisal": 100, "tool_heavy": 48}
 
 
 def test_any_prefix_covers_depths_and_probe_types_evenly():

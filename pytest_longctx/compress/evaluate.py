@@ -2,12 +2,17 @@
 model, Layer B (the answer teacher-forced under the full and the compressed context)."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from pytest_longctx.compress.interface import Compressor
+from pytest_longctx.backends.base import describe
+from pytest_longctx.compress.cache import CompressionCache
+from pytest_longctx.compress.encoding import Encoding
+from pytest_longctx.compress.interface import Compression, Compressor
 from pytest_longctx.compress.selfinfo import SelfInformation
+from pytest_longctx.compress.structure import structural_changes
 from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError
@@ -28,8 +33,13 @@ class Reader:
     tokenizer: Any
     tokenizer_name: str
     backend: Any = None
-    token_counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (split, item id) -> tokens of its full session
+    # (split, item id) -> tokens of its full session: the rendered chat, and its contents alone
+    token_counts: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     scorer: SelfInformation | None = None
+    cache: CompressionCache | None = None  # outputs of compressors that ask for it
+
+    def __post_init__(self) -> None:
+        self.encoding = Encoding(self.tokenizer, self.tokenizer_name)
 
     @classmethod
     def of(cls, backend: Any, model: str | None) -> Reader:
@@ -46,13 +56,25 @@ class Reader:
         if "scorer" in compressor.needs and self.scorer is None:
             raise LongctxError(f"compressor {compressor.spec} reads the model's log-probabilities (it takes 'scorer'): "
                                "give the model (--longctx-model, or --model for compress-bench)")
-        return {"tokenizer": self.tokenizer, "scorer": self.scorer}
+        return {"tokenizer": self.tokenizer, "encoding": self.encoding, "scorer": self.scorer}
 
-    def full_tokens(self, split: str, item: FaithfulnessItem) -> int:
-        """Tokens of the item's full session, counted once per item (ids are unique within a split only)."""
+    def given(self, compressor: Compressor) -> str:
+        """What a compressor's output depends on besides the session and its knobs: the
+        tokenizer, and the model when it reads one."""
+        model = describe(self.backend).get("weights") if self.backend is not None and "scorer" in compressor.needs else None
+        return json.dumps([self.tokenizer_name, model])
+
+    def content_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of the messages' contents, each counted alone: no chat markup, so merging
+        messages or re-wrapping them saves nothing here."""
+        return sum(len(self.encoding.encode(m.content)) for m in messages)
+
+    def full_tokens(self, split: str, item: FaithfulnessItem) -> tuple[int, int]:
+        """(rendered chat, contents) tokens of the item's full session, counted once per item
+        (ids are unique within a split only)."""
         key = (split, item.id)
         if key not in self.token_counts:
-            self.token_counts[key] = count_tokens(self.tokenizer, item.messages, item.id)
+            self.token_counts[key] = (count_tokens(self.tokenizer, item.messages, item.id), self.content_tokens(item.messages))
         return self.token_counts[key]
 
 
@@ -66,24 +88,46 @@ class Compressed:
     outcome: Outcome
 
 
+def facts_found(item: FaithfulnessItem, text: str) -> int:
+    return sum(re.search(fact, text, re.IGNORECASE) is not None for fact in item.required_facts)
+
+
 def retained_facts(item: FaithfulnessItem, messages: Sequence[Message]) -> int:
     """Layer A: the required facts found in the messages' joined contents."""
-    text = session_text(messages)
-    return sum(re.search(fact, text, re.IGNORECASE) is not None for fact in item.required_facts)
+    return facts_found(item, session_text(messages))
+
+
+def _compressed(compressor: Compressor, item: FaithfulnessItem, reader: Reader, services: dict[str, Any]) -> Compression:
+    """The compressor's output, from the cache when it asks for one and has it there."""
+    if reader.cache is None or not compressor.conventions.cache:
+        return compressor(item, services)
+    key = reader.cache.key(compressor, item, reader.given(compressor))
+    found = reader.cache.get(key)
+    if found is None:
+        found = compressor(item, services)
+        reader.cache.put(key, found)
+    return found
 
 
 def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, reader: Reader) -> Compressed:
     """One item compressed and measured; a failure (the compressor's, or a chat template
-    that cannot render its output) is the item's error, not the run's."""
+    that cannot render its output) is the item's error, not the run's. With references
+    it can expand, ``retained_expanded`` counts the facts found with every one expanded."""
     services = reader.services(compressor)  # a missing model fails the run, not the item
     outcome: Outcome = {"facts": len(item.required_facts), "retained": 0, "tokens_full": None,
                         "tokens_compressed": None, "error": None}
     messages: tuple[Message, ...] | None = None
     try:
-        messages = compressor(item, services)
-        outcome["tokens_full"] = reader.full_tokens(split, item)
+        compression = _compressed(compressor, item, reader, services)
+        messages = compression.messages
+        outcome["tokens_full"], outcome["content_full"] = reader.full_tokens(split, item)
         outcome["tokens_compressed"] = count_tokens(reader.tokenizer, messages, item.id)
+        outcome["content_compressed"] = reader.content_tokens(messages)
         outcome["retained"] = retained_facts(item, messages)
+        if compression.expansions is not None:
+            expanded = [session_text(messages), *(text for text in compression.expansions.values() if text)]
+            outcome["retained_expanded"] = facts_found(item, "\n".join(expanded))
+        outcome["structure"] = structural_changes(item.messages, messages)
     except LongctxError as exc:  # CompressorError, or a chat template that cannot render the messages
         messages, outcome["error"] = None, str(exc)
     return Compressed(split, item, messages, outcome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
+from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
 from pytest_longctx.reports.format import table, write_json
 
@@ -20,6 +21,15 @@ def gate_table(evaluation: CompressionEvaluation) -> str:
     return table(HEADERS, lines)
 
 
+def structure_line(summary: dict[str, Any]) -> str:
+    """What the compressor did to the sessions' structure, which the savings alone do not show."""
+    changes = summary["structure"]
+    return (f"structure: {summary['sessions_restructured']} of {summary['items'] - summary['errors']} sessions changed; "
+            f"messages merged {changes['merged']}, roles changed {changes['roles_changed']}, system messages inserted "
+            f"{changes['system_inserted']} (content-token savings count the messages' contents alone: merging or "
+            "re-wrapping them saves nothing there)")
+
+
 def header(run: CompressorRun) -> str:
     reader = f"Layer B read by {run.options.model}" if run.options.model else "Layer A only (no model)"
     tokenizer = run.meta.get("tokenizer", "n/a")
@@ -31,6 +41,7 @@ def summary_lines(run: CompressorRun, evaluation: CompressionEvaluation, notes: 
     lines = [header(run)]
     if evaluation.rows:
         lines.append(gate_table(evaluation))
+        lines.append(structure_line(compression_summary(list(run.outcomes.values()))))
     errors = [o["error"] for o in run.outcomes.values() if o["error"]]
     if errors:
         lines.append(f"{len(errors)} item(s) could not be compressed (counted as keeping no fact):")

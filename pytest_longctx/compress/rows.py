@@ -16,7 +16,7 @@ class RowSpec:
 
     key: str
     label: str
-    value: str  # retention, savings, recall or logprob
+    value: str  # retention, retention_expanded, savings, content_savings, session_savings, recall or logprob
     chosen: Callable[[FaithfulnessItem], bool]
 
 
@@ -27,8 +27,13 @@ ROWS = (
     RowSpec("retention-paraphrase", "Facts retained, paraphrase probes", "retention",
             lambda i: i.suite == "standard" and i.probe_type == "paraphrase"),
     RowSpec("retention-low_surprisal", "Low-surprisal facts retained", "retention", lambda i: i.suite == "low_surprisal"),
+    RowSpec("retention-tool_heavy", "Facts retained in tool-heavy sessions", "retention", lambda i: i.suite == "tool_heavy"),
+    RowSpec("retention-expanded", "Facts retained, references expanded", "retention_expanded", lambda i: True),
     RowSpec("savings", "Realized savings", "savings", lambda i: True),
+    RowSpec("content-savings", "Content-token savings", "content_savings", lambda i: True),
+    RowSpec("session-savings", "Realized savings, mean per session", "session_savings", lambda i: True),
 )
+SAVINGS = ("savings", "content_savings", "session_savings")
 ANSWER_ROWS = (  # Layer B: only with a model
     RowSpec("answer-recall", "Answers recalled (teacher-forced)", "recall", lambda i: True),
     RowSpec("answer-logprob", "Answer log-probability (nats per token)", "logprob", lambda i: True),
@@ -39,10 +44,10 @@ def row_values(spec: RowSpec, pairs: Sequence[tuple[FaithfulnessItem, Outcome]])
     """(full context, compressed) of a row over its items' (item, outcome) pairs."""
     chosen = [(item, outcome) for item, outcome in pairs if spec.chosen(item)]
     summary = compression_summary([outcome for _, outcome in chosen])
-    if spec.value == "retention":
+    if spec.value in ("retention", "retention_expanded"):
         if not summary["facts"]:
             return None, None
-        return sum(retained_facts(item, item.messages) for item, _ in chosen) / summary["facts"], summary["retention"]
-    if spec.value == "savings":
-        return (0.0 if chosen else None), summary["savings"]
+        return sum(retained_facts(item, item.messages) for item, _ in chosen) / summary["facts"], summary[spec.value]
+    if spec.value in SAVINGS:
+        return (0.0 if chosen else None), summary[spec.value]
     return summary[f"{spec.value}_full"], summary[f"{spec.value}_compressed"]

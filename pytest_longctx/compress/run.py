@@ -7,7 +7,9 @@ full one; a row with a threshold is a test:
 
   retention-verbatim    facts kept, verbatim probes (standard suite)     >= 1.00 by default
   retention-paraphrase  facts kept, paraphrase probes (standard suite)   >= 0.95 by default
-  retention, retention-low_surprisal, savings, answer-recall, answer-logprob: reported;
+  retention, retention-low_surprisal, retention-tool_heavy, retention-expanded (a compressor
+  that expands references), savings, content-savings, session-savings, answer-recall,
+  answer-logprob: reported;
   ``--longctx-threshold 'KEY:METRIC=VALUE'`` (retention, savings; drop for the answers)
   makes any of them a test.
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pytest_longctx.backends.base import describe
+from pytest_longctx.compress.cache import CompressionCache
 from pytest_longctx.compress.evaluate import Reader, compress_all, read_answers
 from pytest_longctx.compress.interface import parse_knobs, resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, RowSpec, row_values
@@ -36,7 +39,8 @@ from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 
-METRIC = {"retention": "retention", "savings": "savings", "recall": "drop", "logprob": "drop"}
+METRIC = {"retention": "retention", "retention_expanded": "retention", "savings": "savings", "content_savings": "savings",
+          "session_savings": "savings", "recall": "drop", "logprob": "drop"}
 
 
 @dataclass
@@ -87,7 +91,9 @@ class CompressorRun:
     # -------------------------------------------------------------- cases
 
     def row_specs(self) -> list[RowSpec]:
-        present = [spec for spec in ROWS if any(spec.chosen(i) for i in self.items.values())]
+        expands = self.compressor.conventions.expand is not None
+        present = [spec for spec in ROWS if any(spec.chosen(i) for i in self.items.values())
+                   and (expands or spec.value != "retention_expanded")]
         return present + (list(ANSWER_ROWS) if self.options.model else [])
 
     def row_threshold(self, spec: RowSpec) -> float | None:
@@ -141,6 +147,7 @@ class CompressorRun:
 
     def _start(self, backend: Any) -> None:
         self.reader = Reader.of(backend, self.options.model)
+        self.reader.cache = CompressionCache.at(self.options.cache_dir, self.warnings.append)
         if backend is not None:
             self.cache = ScoreCache.for_backend(backend, self.options.cache_dir, warn=self.warnings.append)
         self.meta = {"compressor": self.compressor.label, "tokenizer": self.reader.tokenizer_name,

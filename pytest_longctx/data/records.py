@@ -138,8 +138,9 @@ class Message:
 PROBE_TYPES = ("verbatim", "paraphrase")
 DEPTHS = ("early", "mid", "recent")
 FACT_PLACEMENTS = ("statement", "buried")
-# standard: the card's high-surprisal facts; low_surprisal: facts phrased in common words
-SUITES = ("standard", "low_surprisal")
+# standard: the card's high-surprisal facts; low_surprisal: facts phrased in common words;
+# tool_heavy: high-surprisal facts buried in large tool outputs
+SUITES = ("standard", "low_surprisal", "tool_heavy")
 
 
 @dataclass(frozen=True, eq=False)

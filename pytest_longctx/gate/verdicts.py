@@ -199,6 +199,12 @@ def _in_suite(suite: str | None) -> Any:
 
 
 DRIFT_GATED = ("facts", "tool_calls")  # configs whose rows gate drift by default (they have control reads)
+DRIFT_LABEL = ": drift at far reads"  # a row's drift check is labelled with the row's name and this
+
+
+def row_of(label: str) -> str:
+    """The row a check's label belongs to: the row itself, or the row of its drift check."""
+    return label.removesuffix(DRIFT_LABEL)
 
 
 def _row_items(source: dict[str, Any]) -> Any:
@@ -228,7 +234,7 @@ def drift_verdicts(name: str, source: dict[str, Any], model_sets: dict, threshol
     if thresholds.get(key, "kl", default=config_kind(config) in DRIFT_GATED) is None:
         return found, []
     far = found.far.kl
-    verdict = Verdict(key, f"{name}: drift at far reads", "kl", far, None if far is None else 0.0, threshold,
+    verdict = Verdict(key, f"{name}{DRIFT_LABEL}", "kl", far, None if far is None else 0.0, threshold,
                       f"kl <= {threshold:g}", at_most=True, damage=found, reference="baseline itself")
     if far is not None:
         sample = far_sample(summaries)

@@ -4,10 +4,14 @@ Model gate: each item is one query, its answer scored teacher-forced after the f
 session: recalled when every answer token is the top-1 prediction.
 
 Compressor gate: per item an outcome ``{"facts", "retained", "tokens_full",
-"tokens_compressed", "error", "full", "compressed"}`` (the last two: Layer B raw
-records, present when a model reads). Retention = retained facts / facts; an item whose
-compression failed keeps no fact. Savings = 1 - compressed tokens / full tokens, summed
-over the items compressed. Layer B pairs each item's answer under both contexts.
+"tokens_compressed", "content_full", "content_compressed", "structure", "error", "full",
+"compressed"}`` (``retained_expanded`` too for a compressor that expands references; the
+last two: Layer B raw records, present when a model reads). Retention = retained facts /
+facts; an item whose compression failed keeps no fact. Savings = 1 - compressed tokens /
+full tokens, summed over the items compressed: of the rendered chat (``savings``) and of
+the messages' contents alone (``content_savings``); ``session_savings`` is the mean of
+each item's own. ``structure`` counts the messages merged, roles changed and system
+messages inserted. Layer B pairs each item's answer under both contexts.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pytest_longctx.metrics.raw import Record, is_scored, mean, ratio, recall_co
 GROUPS: dict[str, tuple[str, ...]] = {"probe_type": PROBE_TYPES, "depth": DEPTHS, "placement": FACT_PLACEMENTS,
                                       "suite": SUITES}
 Outcome = dict[str, Any]
+STRUCTURE = ("merged", "roles_changed", "system_inserted")  # what compress/structure.py counts per item
 
 
 def labels(item: FaithfulnessItem) -> dict[str, str]:
@@ -69,12 +74,18 @@ def _delta(compressed: float | None, full: float | None) -> float | None:
     return None if compressed is None or full is None else compressed - full
 
 
+def _savings(done: Sequence[Outcome], full: str, compressed: str) -> float | None:
+    total = sum(o[full] for o in done)
+    return None if not total else 1 - sum(o[compressed] for o in done) / total
+
+
 def compression_summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """Retention, savings and (with a model) Layer B over some items' outcomes."""
     done = [o for o in outcomes if o["error"] is None]
     facts = sum(o["facts"] for o in outcomes)
     tokens_full = sum(o["tokens_full"] for o in done)
     tokens_compressed = sum(o["tokens_compressed"] for o in done)
+    expanding = [o for o in done if "retained_expanded" in o]
     paired = _paired(list(done))
     recall_full = ratio(sum(all(o["full"]["hits"]) for o in paired), len(paired))
     recall_compressed = ratio(sum(all(o["compressed"]["hits"]) for o in paired), len(paired))
@@ -88,7 +99,12 @@ def compression_summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "retention": ratio(sum(o["retained"] for o in done), facts),
         "tokens_full": tokens_full,
         "tokens_compressed": tokens_compressed,
-        "savings": None if not tokens_full else 1 - tokens_compressed / tokens_full,
+        "savings": _savings(done, "tokens_full", "tokens_compressed"),
+        "content_savings": _savings(done, "content_full", "content_compressed"),
+        "session_savings": mean([1 - o["tokens_compressed"] / o["tokens_full"] for o in done if o["tokens_full"]]),
+        "retention_expanded": ratio(sum(o["retained_expanded"] for o in expanding), facts) if expanding else None,
+        "structure": {change: sum(o["structure"][change] for o in done) for change in STRUCTURE},
+        "sessions_restructured": sum(any(o["structure"].values()) for o in done),
         "answers_scored": len(paired),
         "answer_unaligned": sum("unaligned" in (o.get("full") or {}) for o in done),
         "recall_full": recall_full,

@@ -64,7 +64,7 @@ def drift_plot(panels: Mapping[str, Sequence[DriftBucket]]) -> str:
             top.set(ylabel="mean KL_K from the baseline, nats", title=title)
             bottom.bar([i - 0.2 for i in x], [b.baseline or 0.0 for b in buckets], 0.4, color=BASELINE_COLOUR, label="baseline")
             bottom.bar([i + 0.2 for i in x], [b.model or 0.0 for b in buckets], 0.4, color=MODEL_COLOUR, label="model")
-            bottom.set_xticks(x, [f"{b.label}\nn={b.reads}" for b in buckets])
+            bottom.set_xticks(x, [f"{b.label.replace(' (', chr(10) + '(')}\nn={b.reads}" for b in buckets])
             bottom.set(xlabel="tokens back to what the target needs", ylabel="mean log p of the token read")
         figure.legend(*grid[1][0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
         return _svg(figure)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_longctx.gate.verdicts import DRIFT_LABEL, row_of
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table
 
@@ -59,12 +60,12 @@ DRIFT_HEADERS = ["row", "far KL", "near KL", "control KL", "far - near/control K
 
 def drift_check(evaluation: Any, name: str) -> Any:
     """The drift check of a row, or None where the row's drift is shown but not gated."""
-    return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}: drift at far reads"), None)
+    return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}{DRIFT_LABEL}"), None)
 
 
 def failing_rows(evaluation: Any) -> set[str]:
     """The rows with a failing check (the row's own, or its drift check)."""
-    return {v.label.removesuffix(": drift at far reads") for v in evaluation.verdicts if v.applicable and not v.passed}
+    return {row_of(v.label) for v in evaluation.verdicts if v.applicable and not v.passed}
 
 
 def drift_rows(evaluation: Any) -> list[list[str]]:

@@ -156,9 +156,12 @@ def check_context_window(backend: Any, plans: list[ItemReads]) -> None:
     window = getattr(backend, "context_window", None)
     longest = max(plans, key=lambda plan: plan.tokens_needed, default=None)
     if window and longest is not None and longest.tokens_needed > window:
+        # the faithfulness sessions are not split by length: --lengths cannot leave the long ones out
+        fewer = ("leave the config out (--sets) or select fewer sessions (--limit; the builtin tool-heavy sessions "
+                 "follow the first 300)" if longest.config == FAITHFULNESS else "choose shorter lengths")
         raise LongctxError(
             f"{longest.config} {longest.length}: item {longest.item.id} is read over {longest.tokens_needed} tokens, "
-            f"beyond the model's context window of {window} (max_position_embeddings); choose shorter lengths, or "
+            f"beyond the model's context window of {window} (max_position_embeddings); {fewer}, or "
             "allow it with --longctx-allow-beyond-context (longctx score: --allow-beyond-context)"
         )
 

@@ -36,7 +36,8 @@ Built with seed {seed}; the same seed and package version give the same bytes.
   context-compression faithfulness set (`messages`, `probe`, `probe_type`,
   `required_facts`, `depth`, `placement`, `concept`, plus `suite`), each with one planted
   service-configuration fact and a probe that needs it; the `low_surprisal` suite
-  phrases its facts in common words.
+  phrases its facts in common words, and the `tool_heavy` suite buries them in large
+  tool outputs (HTML, JSON, logs, test runs; 2k to 15k tokens each).
 
 ## Sizes
 
@@ -63,12 +64,16 @@ articles by Wikipedia contributors, from the shortened dump in the test data of 
 were removed. Each facts item names its articles in `source.articles`. Changes: 8 fact
 sentences and 8 questions were inserted between sentences of the article text. The
 faithfulness sessions quote single paragraphs unchanged (cut at a sentence end) and name
-their articles in `sources`.
+their articles in `sources`; the tool-heavy ones also show whole articles as a fetched
+HTML page (paragraphs in markup, one word of each made a link) and single sentences as
+the snippets of a JSON search response.
 
 **Code.** Real files of these projects, unchanged, appear as tool observations in the
 tool_calls, rules and faithfulness configs; the copyright of each file stays with its authors under
 its licence (texts in the package: `pytest_longctx/data/builtin/sources/code/licenses/`).
-Every item's `sources` names the project and files it shows and their token counts.
+Every item's `sources` names the project and files it shows and their token counts. The
+tool-heavy sessions' logs and test runs also quote lines and definition names of these
+files, and their file listings show the files' paths and sizes.
 
 | project | version | licence |
 |---|---|---|

@@ -7,22 +7,37 @@ later, background pages fetched (real Wikipedia paragraphs), test runs, small
 clean-up turns and task shifts. The fact sits early, mid-way or recently, either as a
 message of its own (``statement``) or inside a longer message or a notes file
 (``buried``). Items cycle through every probe type x depth x placement, so any prefix
-of the items covers them evenly; every third item is from the low-surprisal suite.
+of the first ``SESSION_ITEMS`` covers them evenly; every third of them is from the
+low-surprisal suite.
+
+The ``TOOL_HEAVY_ITEMS`` after them are the tool-heavy suite: the same kind of session
+with two or three large tool outputs (``tool_outputs``: an HTML page, a JSON response, a
+log, a verbose test run, a file listing; 2k to 15k tokens), the fact buried inside one
+of them, early, mid-way or recently; they cycle through probe type x depth, and the
+kind of output that holds the fact rotates. Appended after the others, they change no
+earlier item.
 """
 from __future__ import annotations
 
 import random
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Callable, TypeVar
 
-from pytest_longctx.data.builtin.faithfulness_facts import SUITE_FACTS, PlantedFact
+from pytest_longctx.data.builtin import tool_outputs
+from pytest_longctx.data.builtin.faithfulness_facts import STANDARD, SUITE_FACTS, PlantedFact
 from pytest_longctx.data.builtin.sourcing import BUILDER_LICENSE, BUILDER_SOURCE
 from pytest_longctx.data.builtin.text import WIKIPEDIA_SOURCE, Article, projects, wikipedia_articles
 from pytest_longctx.data.builtin.workspace import Workspace
 from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES
 
-DEFAULT_ITEMS = 300
+SESSION_ITEMS = 300  # the standard and low-surprisal suites
+TOOL_HEAVY_ITEMS = 48
+DEFAULT_ITEMS = SESSION_ITEMS + TOOL_HEAVY_ITEMS
+# tokens of a tool-heavy session's large outputs (log-uniform in between): the one that
+# holds the fact, and the others
+HOLDER_TOKENS = (2200, 15000)
+OTHER_TOKENS = (2200, 6000)
 SPLIT = "train"  # the published set's one split; the builtin data names it the same
 # All 12 probe type x depth x placement combinations, ordered so that any 6 in a row
 # hold every probe type x depth pair and any 4 in a row both placements.
@@ -146,8 +161,11 @@ def _fact_block(session: Session, fact: PlantedFact, placement: str) -> list[dic
             session.say("tool", "# Ops notes\n\n" + "\n".join(f"- {note}" for note in notes), "read_file")]
 
 
-def _sources(session: Session, workspace: Workspace) -> list[dict]:
+def _sources(session: Session, workspace: Workspace, others: tuple[Workspace, ...] = ()) -> list[dict]:
     found = []
+    for other in others:  # projects a file listing shows beside the session's own
+        found.append({"name": other.source_name, "kind": "code", "license": other.license, "revision": other.version,
+                      "documents": sorted(f.path for f in other.files)})
     if session.code_files:
         found.append({"name": workspace.source_name, "kind": "code", "license": workspace.license, "revision": workspace.version,
                       "documents": sorted(set(session.code_files))})
@@ -176,9 +194,18 @@ def build_item(index: int, seed: int) -> dict:
     name = rng.choice(sorted(projects()))
     workspace = Workspace(name, projects()[name], rng)
     blocks = _blocks(session, workspace, rng.randint(7, 12))
+    row = _row(index, session, blocks, lambda: _fact_block(session, fact, placement), fact, probe_type, depth, placement, suite)
+    return {**row, "sources": _sources(session, workspace)}
+
+
+def _row(index: int, session: Session, blocks: list[list[dict]], fact_block: Callable[[], list[dict]], fact: PlantedFact,
+         probe_type: str, depth: str, placement: str, suite: str) -> dict:
+    """The item's fields but its sources: the block ``fact_block()`` makes put among the
+    others where ``depth`` says, after a system prompt, and a probe of ``probe_type``."""
+    rng = session.rng
     low, high = DEPTH_RANGE[depth]
     at = min(len(blocks), int(round(rng.uniform(low, high) * len(blocks))))
-    blocks.insert(at, _fact_block(session, fact, placement))
+    blocks.insert(at, fact_block())
     messages = [session.say("system", rng.choice(SYSTEM_PROMPTS))] + [m for block in blocks for m in block]
     return {
         "id": f"s{index:04d}",
@@ -190,10 +217,63 @@ def build_item(index: int, seed: int) -> dict:
         "placement": placement,
         "concept": fact.concept,
         "suite": suite,
-        "sources": _sources(session, workspace),
     }
+
+
+def tool_heavy_plan(index: int) -> tuple[PlantedFact, str, str, str]:
+    """(fact, probe type, depth, the kind of output holding the fact) of tool-heavy item ``index``."""
+    within = index - SESSION_ITEMS
+    combo = (PROBE_TYPES[within % 2], DEPTHS[within % 3])
+    return STANDARD[within % len(STANDARD)], *combo, tool_outputs.HOLDERS[within // 6 % len(tool_outputs.HOLDERS)]
+
+
+def _log_uniform(rng: random.Random, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    return int(round(low * (high / low) ** rng.random()))
+
+
+def _large_output(session: Session, workspace: Workspace, kind: str, size: int, fact: str | None,
+                  others: list[Workspace]) -> list[dict]:
+    """The assistant's call and the tool message with a large output of ``kind``."""
+    rng = session.rng
+    pool = [a for a in wikipedia_articles() if not session.avoid.search(a.title)]
+    articles = rng.sample(pool, 8)
+    if kind == "html":
+        output = tool_outputs.html_page(rng, articles, size, session.avoid, fact)
+    elif kind == "json":
+        output = tool_outputs.json_response(rng, articles, size, session.avoid, fact)
+    elif kind == "logs":
+        output = tool_outputs.log_lines(rng, workspace, size, session.avoid, fact)
+    elif kind == "tests":
+        output = tool_outputs.pytest_output(rng, workspace, size, session.avoid, fact)
+    else:
+        output = tool_outputs.file_listing(rng, [workspace, *others], size, session.avoid)
+    session.articles.extend(output.articles)
+    return [session.say("assistant", f"Running {output.command}." if output.tool == "bash" else f"Fetching {output.command}."),
+            session.say("tool", output.text, output.tool)]
+
+
+def build_tool_heavy_item(index: int, seed: int) -> dict:
+    fact, probe_type, depth, holder = tool_heavy_plan(index)
+    rng = random.Random(f"{seed}:faithfulness-tool-heavy:{index}")
+    session = Session(rng, re.compile(fact.required, re.IGNORECASE), [], [], [])
+    names = sorted(projects())
+    name = rng.choice(names)
+    workspace = Workspace(name, projects()[name], rng)
+    others = [Workspace(n, projects()[n], rng) for n in rng.sample([n for n in names if n != name], 2)]
+    blocks = _blocks(session, workspace, rng.randint(5, 9))
+    kinds = [k for k in tool_outputs.KINDS if k != holder]
+    for kind in rng.sample(kinds, rng.randint(1, 2)):
+        blocks.insert(rng.randint(0, len(blocks)), _large_output(session, workspace, kind, _log_uniform(rng, OTHER_TOKENS), None,
+                                                                 others))
+    row = _row(index, session, blocks,
+               lambda: _large_output(session, workspace, holder, _log_uniform(rng, HOLDER_TOKENS), fact.fact, others),
+               fact, probe_type, depth, "buried", "tool_heavy")
+    listed = tuple(others) if any(m["content"].startswith("-rw-") for m in row["messages"] if m["role"] == "tool") else ()
+    return {**row, "sources": _sources(session, workspace, listed)}
 
 
 def build_faithfulness(seed: int, limit: int | None = None) -> list[dict]:
     """The rows of the faithfulness split: ``DEFAULT_ITEMS`` items, or the first ``limit``."""
-    return [build_item(index, seed) for index in range(DEFAULT_ITEMS if limit is None else min(limit, DEFAULT_ITEMS))]
+    count = DEFAULT_ITEMS if limit is None else min(limit, DEFAULT_ITEMS)
+    return [build_item(index, seed) if index < SESSION_ITEMS else build_tool_heavy_item(index, seed) for index in range(count)]
