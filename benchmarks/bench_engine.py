@@ -18,7 +18,7 @@ other: the transformers backend on SmolLM2 in float32 (``smollm2-135m``) and the
 backend on the packaged Q4_1 file (``smollm2-135m-gguf``), each through ``score_sets`` as
 the gate runs it; for llama.cpp also the time spent inside ``llama_decode`` (llama.cpp's
 own share; the rest is the engine's overhead). When lm-evaluation-harness is installed
-(``pip install lm-eval``), its ``loglikelihood`` scores the same targets on the same float32
+(``pip install "pytest-longctx[peers]"``), its ``loglikelihood`` scores the same targets on the same float32
 model, one request (context, continuation) per target as its tasks do, at the lengths of
 ``--lm-eval-lengths``.
 """

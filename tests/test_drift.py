@@ -169,11 +169,12 @@ def test_a_candidate_damaged_far_back_is_far_specific_and_one_damaged_everywhere
 
 
 def drift_of(far: float, near: float, control: float, interval: tuple[float, float] | None,
-             doubled: tuple[float, float] | None) -> Drift:
+             doubled: tuple[float, float] | None, against: str = "near") -> Drift:
     def group(kl):
         return GroupDrift(10, kl, 1.0, 0.0)
 
-    return Drift(4, group(far), group(near), group(control), "near", far - near, interval, doubled, 0.0, None, 0.05)
+    return Drift(4, group(far), group(near), group(control), against, (far - near) if against == "near" else (far - control),
+                 interval, doubled, 0.0, None, 0.05)
 
 
 @pytest.mark.parametrize("figures, kind", [
@@ -186,9 +187,14 @@ def drift_of(far: float, near: float, control: float, interval: tuple[float, flo
     ((0.03, 0.01, 0.00, (-0.01, 0.05), (-0.02, 0.04)), NONE),
     ((0.30, 0.20, 0.00, (-0.05, 0.25), (-0.3, 0.05)), NONE),  # long-context drift, the same at every distance
     ((0.30, 0.01, 0.00, None, None), NONE),
+    # SmolLM2 Q4_K_M, 2k tool calls: the same drift at every distance, control just within
+    ((0.056, 0.075, 0.044, (-0.02, 0.03), (-0.06, 0.0), "control"), GENERAL),
+    ((0.048, 0.063, 0.042, (-0.08, 0.06), (-0.1, 0.0), "control"), NONE),  # within the threshold everywhere
+    ((0.058, 0.0, 0.043, (0.001, 0.03), (-0.05, -0.02), "control"), FAR_SPECIFIC),
 ])
 def test_the_damage_kind_follows_the_stated_rule(figures, kind):
-    assert drift_of(*figures).kind == kind
+    found = drift_of(*figures)
+    assert found.kind == kind and found.text().startswith(kind), found.text()
 
 
 def test_a_version_1_baseline_still_gates_without_drift_rows(qwen_model, qwen_tokenizer, dataset, baseline, tmp_path):

@@ -9,10 +9,12 @@ else with control reads.
 * far-specific: control drift within the threshold, and far drift above the near (or
   control) drift beyond the paired interval: the model lost what lies far back;
 * general: control drift beyond the threshold, and far drift not significantly more than
-  twice the near (or control) drift: the model got worse at everything;
+  twice the near (or control) drift: the model got worse at everything; or far drift beyond
+  the threshold and not significantly above the control drift it is compared with (the
+  same drift at every distance, the control reads just within the threshold);
 * both: control drift beyond the threshold, and far drift significantly more than twice it;
-* none: control drift within the threshold and no significant far excess: a failing row
-  then rests on hit flips (or on drift the same at every distance).
+* none: otherwise: a failing row then rests on hit flips, or on drift past the first 512
+  tokens that is the same near and far.
 
 Why twice, once the model is damaged everywhere: KL grows with how sure the baseline was,
 and the baseline is surer at a target (an answer, a tool name) than at an ordinary
@@ -85,7 +87,14 @@ class Drift:
             return ""
         if self.general:
             return BOTH if self.far_dominant else GENERAL
-        return FAR_SPECIFIC if self.far_excess else NONE
+        if self.far_excess:
+            return FAR_SPECIFIC
+        return GENERAL if self.level_everywhere else NONE
+
+    @property
+    def level_everywhere(self) -> bool:
+        """Far drift beyond the threshold, compared with control drift and not significantly above it."""
+        return self.against == "control" and self.far.kl is not None and self.far.kl > self.threshold + 1e-12
 
     def text(self) -> str:
         """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
@@ -100,6 +109,9 @@ class Drift:
         doubled = f"far - 2 x {self.against} {_interval(self.doubled)}"
         if kind == FAR_SPECIFIC:
             return f"{kind}: {level} ({others}); far drift {_n(self.far.kl)}, {excess}"
+        if kind == GENERAL and not self.general:
+            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} beyond it and not significantly more than "
+                    f"the control drift ({excess})")
         if kind == GENERAL:
             return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} not significantly more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
