@@ -6,15 +6,16 @@ Control reads see only an item's first 512 tokens: their drift is the floor of g
 damage. Far drift is compared like with like, with near reads where every item has them,
 else with control reads.
 
-* far-specific: control drift within the threshold, and far drift above the near (or
-  control) drift beyond the paired interval: the model lost what lies far back;
+* far-specific: control drift within the threshold, far drift beyond it, and above the
+  near (or control) drift beyond the paired interval: the model lost what lies far back;
 * general: control drift beyond the threshold, and far drift not significantly more than
   twice the near (or control) drift: the model got worse at everything; or far drift beyond
   the threshold and not significantly above the control drift it is compared with (the
   same drift at every distance, the control reads just within the threshold);
 * both: control drift beyond the threshold, and far drift significantly more than twice it;
-* none: otherwise: a failing row then rests on hit flips, or on drift past the first 512
-  tokens that is the same near and far.
+* none: otherwise: a failing row then rests on hit flips (far drift within the threshold:
+  a far excess of a thousandth of a nat can be significant, and is no damage), or on drift
+  past the first 512 tokens that is the same near and far.
 
 Why twice, once the model is damaged everywhere: KL grows with how sure the baseline was,
 and the baseline is surer at a target (an answer, a tool name) than at an ordinary
@@ -87,14 +88,16 @@ class Drift:
             return ""
         if self.general:
             return BOTH if self.far_dominant else GENERAL
+        if not self.far_beyond:
+            return NONE
         if self.far_excess:
             return FAR_SPECIFIC
-        return GENERAL if self.level_everywhere else NONE
+        return GENERAL if self.against == "control" else NONE
 
     @property
-    def level_everywhere(self) -> bool:
-        """Far drift beyond the threshold, compared with control drift and not significantly above it."""
-        return self.against == "control" and self.far.kl is not None and self.far.kl > self.threshold + 1e-12
+    def far_beyond(self) -> bool:
+        """Far drift beyond the threshold: below it, drift locates no damage however significant."""
+        return self.far.kl is not None and self.far.kl > self.threshold + 1e-12
 
     def text(self) -> str:
         """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
@@ -118,6 +121,8 @@ class Drift:
         if kind == BOTH:
             return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} significantly more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
+        if not self.far_beyond:
+            return f"{kind} shown by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"
         return f"{kind} shown by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
 
 
