@@ -1,7 +1,7 @@
 """Does the gate pass harmless compression and fail harmful compression? One command:
 
     python benchmarks/gate_validity.py --lengths 2k,8k --limit 4
-    python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 1 --sets facts,tool_calls
+    python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 4 --sets facts,tool_calls
 
 builds the variants (once, into --variants), runs the real gate — ``pytest --longctx-model
 <variant> --longctx-baseline <baseline>`` — for the model itself and every variant, keeps
