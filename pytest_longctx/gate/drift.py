@@ -76,10 +76,14 @@ class Drift:
         no control reads (rules, agent sessions)."""
         return self.control if self.control.reads else self.near
 
+    def beyond(self, group: GroupDrift) -> bool:
+        """The group's drift is beyond the row's threshold."""
+        return group.kl is not None and group.kl > self.threshold + 1e-12
+
     @property
     def general(self) -> bool:
         """Drift beyond the threshold where nothing far back matters."""
-        return self.floor.kl is not None and self.floor.kl > self.threshold + 1e-12
+        return self.beyond(self.floor)
 
     @property
     def kind(self) -> str:
@@ -88,16 +92,11 @@ class Drift:
             return ""
         if self.general:
             return BOTH if self.far_dominant else GENERAL
-        if not self.far_beyond:
+        if not self.beyond(self.far):  # below the threshold drift locates no damage, however significant
             return NONE
         if self.far_excess:
             return FAR_SPECIFIC
         return GENERAL if self.against == "control" else NONE
-
-    @property
-    def far_beyond(self) -> bool:
-        """Far drift beyond the threshold: below it, drift locates no damage however significant."""
-        return self.far.kl is not None and self.far.kl > self.threshold + 1e-12
 
     def text(self) -> str:
         """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
@@ -121,7 +120,7 @@ class Drift:
         if kind == BOTH:
             return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} significantly more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
-        if not self.far_beyond:
+        if not self.beyond(self.far):
             return f"{kind} shown by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"
         return f"{kind} shown by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
 
