@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from pytest_longctx.errors import LongctxError
 
@@ -28,19 +30,43 @@ def cache_dir(*parts: str) -> Path:
 def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
     """Make ``path`` (a file or a folder) in one step: ``write`` fills a temporary sibling
     (``.<name>.<pid>.tmp``), which then replaces ``path`` in one rename, so a reader finds
-    the old content or the new, never a part. The parent folder is made when missing; the
-    temporary sibling is removed when ``write`` fails."""
+    the old content or the new, never a part. A symbolic link is written through: the
+    link stays, its target gets the new content. The parent folder is made when missing;
+    the temporary sibling is removed when ``write`` fails, and on SIGTERM (which then ends
+    the process as it would have)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     _remove(partial)  # left over by an interrupted run with the same process id
+    restore = _remove_on_sigterm(partial)
     try:
         write(partial)
-        os.replace(partial, path)
+        os.replace(partial, target)
     except BaseException:
         _remove(partial)
         raise
+    finally:
+        restore()
     return path
+
+
+def _remove_on_sigterm(partial: Path) -> Callable[[], None]:
+    """While ``partial`` is written, SIGTERM removes it before ending the process as its
+    default action does; returns what puts the previous handling back. Only where SIGTERM
+    has its default action (a handler of the program's own decides for itself; when it
+    raises, the ``except`` above removes the file) and in the main thread, the only one
+    that may set a handler."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return lambda: None
+
+    def terminated(signum: int, frame: object) -> None:
+        _remove(partial)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminated)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def unwritable(path: str | os.PathLike, folder: bool = False) -> str | None:
@@ -74,6 +100,27 @@ def check_writable(path: str | os.PathLike, option: str, folder: bool = False) -
     reason = unwritable(path, folder)
     if reason:
         raise LongctxError(f"{option} {path}: cannot be written ({reason}); give a path in a writable folder")
+
+
+def check_outputs(outputs: Iterable[tuple[str, str | os.PathLike | None]],
+                  inputs: Iterable[tuple[str, str | os.PathLike | None]] = ()) -> None:
+    """Refuse, before any work, an output (``(option, path)``; None: not asked for) that cannot
+    be written, or that is the file of an input or of another output: compared as real paths,
+    so ``./b.json.gz``, ``x/../b.json.gz`` and a symbolic link to it are all ``b.json.gz``."""
+    taken: dict[str, tuple[str, str | os.PathLike]] = {}
+    for option, path in inputs:
+        if path:
+            taken.setdefault(os.path.realpath(path), (option, path))
+    for option, path in outputs:
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if real in taken:
+            other, other_path = taken[real]
+            raise LongctxError(f"{option} {path}: it is the file of {other} {other_path}, which writing it would "
+                               f"overwrite; give {option} a path of its own")
+        check_writable(path, option)
+        taken[real] = (option, path)
 
 
 def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> Path:

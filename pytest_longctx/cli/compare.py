@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from pytest_longctx.cli.args import level
 from pytest_longctx.errors import LongctxError
@@ -14,6 +13,7 @@ from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.parse import finite_nonnegative
+from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report
 from pytest_longctx.reports.tables import text_report
@@ -77,13 +77,13 @@ def run(args: argparse.Namespace) -> int:
     thresholds = Thresholds(drop=args.max_drop, retained=args.min_retained, follow=args.min_follow,
                             item_drop=args.item_max_drop, kl=args.max_kl, overrides=parse_overrides(args.threshold, "--threshold"),
                             alpha=args.alpha, min_effect=args.min_effect)
+    check_outputs([("--out", args.out)], inputs=[("BASELINE", args.baseline), ("RESULTS", args.results)])
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
     report = render(comparison, args.format, args.top)
     if args.out:
         try:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(report, encoding="utf-8")
+            write_text_atomically(args.out, report)
         except OSError as exc:
             raise LongctxError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
         print(f"longctx: {args.format} report written to {args.out}", file=sys.stderr)

@@ -8,7 +8,7 @@ from pytest_longctx.backends import load_backend
 from pytest_longctx.cli.args import add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.metrics.rules import COUNT_NATS
-from pytest_longctx.paths import check_writable
+from pytest_longctx.paths import check_outputs
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
@@ -38,9 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for option, path in (("--out", args.out), ("--save_scores", args.save_scores)):
-        if path:
-            check_writable(path, option)
+    check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option)

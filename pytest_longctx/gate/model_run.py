@@ -21,7 +21,7 @@ from pytest_longctx.gate.session import Case, Progress, unit_of
 from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key, row_key
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
-from pytest_longctx.paths import check_writable
+from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
@@ -59,20 +59,22 @@ class GateRun:
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
+        self.unwritten: str | None = None  # why the baseline asked for was not written (the plugin fails the run)
         self.cache: Any = None
         self._evaluations: dict[frozenset[ItemKey], Evaluation] = {}
         self.warnings: list[str] = left_out + self.thresholds.check_patterns(self.check_keys())
 
     def _check_outputs(self, invocation_dir: Path) -> None:
         """Every file the run will write, checked before any work: a path that cannot be
-        written is one line now, not a traceback once the scoring is done."""
+        written, or that is the baseline's or another output's, is one line now, not a
+        traceback once the scoring is done (or a baseline overwritten by a report)."""
         options = self.options
-        outputs = [("--longctx-out", options.out), ("--longctx-markdown", options.markdown), ("--longctx-html", options.html)]
-        if options.update_baseline and options.baseline:
-            outputs.append(("--longctx-baseline", invocation_dir / options.baseline))
-        for option, path in outputs:
-            if path:
-                check_writable(path, option)
+        baseline = [("--longctx-baseline", invocation_dir / options.baseline)] if options.baseline else []
+        reports = [("--longctx-out", options.out), ("--longctx-markdown", options.markdown), ("--longctx-html", options.html)]
+        if options.update_baseline:
+            check_outputs(baseline + reports)
+        else:
+            check_outputs(reports, inputs=baseline)
 
     def _leave_out_configs_without_baseline(self) -> list[str]:
         """Without --longctx-sets, a config the baseline has no scores for at all (a baseline
@@ -266,6 +268,51 @@ class GateRun:
             **single[config][length]["per_item"][item_id],
         }
         return problems, properties
+
+    def baseline_update(self, stopped: str | None) -> tuple[str | None, str | None]:
+        """Whether this run may replace the baseline: (why not, or None; what it drops of
+        the old baseline, or None). Only a complete run does: not one ``stopped`` early
+        (interrupted, erroring, ``-x``; the plugin says why), nor one whose scoring failed or
+        scored nothing, nor one that would drop items the old baseline holds (``-k``,
+        ``--longctx-sets``, ``--longctx-lengths``, a smaller ``--longctx-limit``) unless
+        ``--longctx-narrow-baseline`` says it is meant."""
+        if stopped or self.failure:
+            return stopped or self.failure, None
+        if not any(True for _ in self.scores.items()):
+            return "nothing was scored", None
+        dropped = self._dropped_from_baseline()
+        if dropped and not self.options.narrow_baseline:
+            return (f"this run would drop {dropped}; give --longctx-narrow-baseline to narrow it on purpose, or update "
+                    "it with the selection it was made with (no -k, the same --longctx-sets, --longctx-lengths and "
+                    "--longctx-limit)"), None
+        return None, dropped
+
+    def _dropped_from_baseline(self) -> str | None:
+        """What of the baseline on disk the run's scores lack, by config and length; None
+        when nothing (or when there is no readable baseline to lose)."""
+        if self.baseline_path is None or not self.baseline_path.is_file():
+            return None
+        try:
+            old = [(c, n, i) for c, n, i, _ in load_scores(self.baseline_path, "baseline").items()]
+        except LongctxError:
+            return None  # a damaged baseline is what an update recreates
+        lost = [key for key in old if not self._is_scored(key)]
+        if not lost:
+            return None
+        held: dict[tuple[str, str], int] = {}
+        for config, length, _ in old:
+            held[config, length] = held.get((config, length), 0) + 1
+        gone: dict[tuple[str, str], int] = {}
+        for config, length, _ in lost:
+            gone[config, length] = gone.get((config, length), 0) + 1
+        parts = []
+        for config in dict.fromkeys(c for c, _ in gone):
+            lengths = [n for c, n in held if c == config]
+            if all(gone.get((config, n)) == held[config, n] for n in lengths):
+                parts.append(f"{config}: all {sum(held[config, n] for n in lengths)} items")
+            else:
+                parts.extend(f"{config} {n}: {gone[config, n]} of {held[config, n]}" for n in lengths if (config, n) in gone)
+        return f"{len(lost)} of its {len(old)} items ({'; '.join(parts)})"
 
     def baseline_file(self) -> ScoresFile:
         """The run's own scores as a baseline: raw scores plus its rows and sets."""

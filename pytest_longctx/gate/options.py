@@ -40,6 +40,8 @@ OPTIONS = (
     Option("mode", "tokenization: auto, ids or text", "auto"),
     Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz"),
     Option("update-baseline", "score the model as the reference and (re)write --longctx-baseline", False, ini=False, kind="flag"),
+    Option("narrow-baseline", "with --longctx-update-baseline: let the new baseline hold fewer items, lengths or configs "
+           "than the one it replaces (refused by default)", False, ini=False, kind="flag"),
     Option("out", "write the results JSON here", ini=False),
     Option("only", "run only the gate's tests (deselect the others collected)", False, ini=False, kind="flag"),
     Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)", False,
@@ -118,6 +120,7 @@ class GateOptions:
     min_retention_verbatim: float = 1.0
     min_retention_paraphrase: float = 0.95
     backend_options: tuple[str, ...] = ()  # --longctx-backend-option KEY=VALUE
+    narrow_baseline: bool = False  # an update may drop what the old baseline holds
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -174,10 +177,14 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
     if values["longctx_knob"] and not values["longctx_compressor"]:
         raise LongctxError(f"--longctx-knob {' '.join(values['longctx_knob'])}: knobs set a context compressor's "
                            "parameters; name the compressor with --longctx-compressor")
+    if values["longctx_narrow_baseline"] and not values["longctx_update_baseline"]:
+        raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
+                           "give it with --longctx-update-baseline, or leave it out")
     return GateOptions(
         model=values["longctx_model"], data=values["longctx_data"], sets=values["longctx_sets"],
         lengths=values["longctx_lengths"], limit=values["longctx_limit"], mode=values["longctx_mode"],
         baseline=values["longctx_baseline"], update_baseline=bool(values["longctx_update_baseline"]),
+        narrow_baseline=bool(values["longctx_narrow_baseline"]),
         out=values["longctx_out"], only=bool(values["longctx_only"]),
         allow_beyond_context=bool(values["longctx_allow_beyond_context"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
         backend=values["longctx_backend"], backend_options=values["longctx_backend_option"] or (),

@@ -26,7 +26,7 @@ class Gate:
 
     session: str  # a GateSession class, made as cls(options, invocation_dir)
     tests: str  # the module of its generated tests, with CASE_KINDS
-    finish: str  # finish(session, junit) -> final: writes what was asked for (controller)
+    finish: str  # finish(session, junit, stopped) -> final: writes what was asked for (controller)
     summary: str  # summary_lines(session, *final) -> the terminal summary's lines
 
 
@@ -44,6 +44,7 @@ class Running:
     session: GateSession
     tests: ModuleType
     final: tuple[Any, ...] | None = None  # what finish returned, for the summary
+    shown: bool = False  # the summary was written
 
     @classmethod
     def start(cls, options: GateOptions, invocation_dir: Path) -> Running:
@@ -54,7 +55,43 @@ class Running:
         return load(getattr(self.gate, name))
 
 
+class Watch:
+    """What makes a run incomplete, as it happens: an interruption (Ctrl-C, ``pytest.exit``,
+    collection errors, xdist's ``--maxfail``) and the gate's tests that ended in an error.
+    Registered as a plugin while a gate runs."""
+
+    def __init__(self) -> None:
+        self.interrupted: str | None = None
+        self.errors = 0
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.interrupted = f"the run was interrupted ({str(excinfo.value).strip() or excinfo.typename})"
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed and report.when != "call" and report.nodeid.split("::")[0] == GATE_NODEID:
+            self.errors += 1
+
+    def stopped(self, session: pytest.Session, exitstatus: int) -> str | None:
+        """Why the run ended before its tests all ran, or went wrong; None when it ran through."""
+        if self.interrupted:
+            return self.interrupted
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "the run was interrupted"
+        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            return "pytest stopped on an internal error"
+        if session.shouldfail or session.shouldstop:
+            return f"the run stopped before its last test ({session.shouldfail or session.shouldstop}; -x, --maxfail)"
+        if self.errors:
+            return f"{self.errors} of the gate's tests ended in an error"
+        return None
+
+
+GATE_NODEID = "longctx"  # the generated tests' module
+# the exit statuses after which pytest writes its terminal summary (and so the gate's)
+SUMMARY_STATUSES = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED,
+                    pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED)
 RUNNING = pytest.StashKey[Running]()
+WATCH = pytest.StashKey[Watch]()
 
 
 def running(config: pytest.Config) -> Running | None:
@@ -76,6 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
     except LongctxError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[WATCH] = Watch()
+    config.pluginmanager.register(config.stash[WATCH], "longctx-watch")
     # pytest-xdist: keep each unit's tests (and so its scoring) on one worker; the mark is
     # registered here too, so a run without pytest-xdist installed does not warn about it.
     config.addinivalue_line("markers", "xdist_group(name): run these tests on one pytest-xdist worker")
@@ -111,7 +150,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     run = running(config)
     if run is None:
         return
-    module = GateModule.from_parent(session, path=Path(run.tests.__file__), nodeid="longctx")
+    module = GateModule.from_parent(session, path=Path(run.tests.__file__), nodeid=GATE_NODEID)
     # the functions whose kind has no case are left out
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
     if run.session.options.only and items:
@@ -127,7 +166,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = running(session.config)
     if run is None:
         return
@@ -135,7 +174,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if workeroutput is not None:  # an xdist worker: the controller reports
         workeroutput["longctx"] = run.session.export()
         return
-    run.final = run.report("finish")(run.session, session.config.stash.get(xml_key, None))
+    stopped = session.config.stash[WATCH].stopped(session, exitstatus)
+    run.final = run.report("finish")(run.session, session.config.stash.get(xml_key, None), stopped)
+    if getattr(run.session, "unwritten", None) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a file asked for is missing: not a pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if exitstatus not in SUMMARY_STATUSES and reporter is not None:
+        _summary(reporter, run)  # pytest writes no summary after an internal error: the gate's still shows
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -148,8 +193,14 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     run = running(config)
-    if run is None or run.final is None:
+    if run is not None:
+        _summary(terminalreporter, run)
+
+
+def _summary(terminalreporter: Any, run: Running) -> None:
+    if run.final is None or run.shown:
         return
+    run.shown = True
     terminalreporter.section("longctx")
     for line in run.report("summary")(run.session, *run.final):
         terminalreporter.write_line(line)

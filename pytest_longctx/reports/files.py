@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import from_gate_run
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.verdicts import Evaluation
@@ -54,8 +55,9 @@ def write_reports(run: GateRun, evaluation: Evaluation) -> list[str]:
     return notes
 
 
-def finish(run: GateRun, junit: Any) -> tuple[Evaluation, list[str]]:
-    """Everything the run was asked to write; (its evaluation, notes for the summary)."""
+def finish(run: GateRun, junit: Any, stopped: str | None = None) -> tuple[Evaluation, list[str]]:
+    """Everything the run was asked to write; (its evaluation, notes for the summary).
+    ``stopped``: why the pytest run ended before its tests all ran (the plugin says), or None."""
     evaluation = run.evaluate()
     notes = []
     options = run.options
@@ -68,14 +70,20 @@ def finish(run: GateRun, junit: Any) -> tuple[Evaluation, list[str]]:
         except OSError as exc:
             notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
     if options.update_baseline and run.baseline_path is not None:
-        if run.failure or not any(True for _ in run.scores.items()):
-            notes.append(f"longctx: baseline {run.baseline_path} NOT written: {run.failure or 'nothing was scored'}")
-        else:
+        refused, dropped = run.baseline_update(stopped)
+        if not refused:
             try:
                 run.baseline_file().save(run.baseline_path)
-                notes.append(f"longctx: wrote baseline {run.baseline_path}; commit it beside the checkpoint")
             except OSError as exc:
-                notes.append(f"longctx: baseline {run.baseline_path} NOT written: {exc.strerror or exc}")
+                refused = exc.strerror or str(exc)
+            except LongctxError as exc:  # what it holds cannot make a baseline
+                refused = str(exc)
+        if refused:
+            run.unwritten = f"baseline {run.baseline_path} NOT written: {refused}"
+            notes.append(f"longctx: {run.unwritten}")
+        else:
+            narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
+            notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
     notes.extend(write_reports(run, evaluation))
     if junit is not None:
         for name, value in suite_properties(run, evaluation):

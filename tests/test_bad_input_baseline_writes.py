@@ -1,0 +1,298 @@
+"""A committed baseline is never destroyed or replaced by an incomplete run (issue 21): an
+interrupted, stopped or erroring update writes nothing, a narrowed one needs
+``--longctx-narrow-baseline``, no output may be the baseline's file (or another output's),
+a baseline that is a symbolic link is written through, and a SIGTERM while the file is
+written leaves no temporary file behind.
+
+One baseline is made once (facts at 1k and 2k, rules_en at 1k: 16 items); every test works
+on a copy of it. Runs are in-process (pytester, ``cli.main``); only the signal tests run a
+process of their own."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import tiny_qwen3
+from itemkit import build_rows, write_split
+
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.cli import main
+from pytest_longctx.cli import score as score_command
+from pytest_longctx.plugin import fixtures
+from pytest_longctx.scoring.scores_file import load_scores
+
+LENGTHS = ("1k", "2k")
+SPLITS = (("facts", "1k"), ("facts", "2k"), ("rules_en", "1k"))
+
+
+MODEL = "tiny"  # what --longctx-model and --model name: every run gets the model below
+
+
+@pytest.fixture(scope="module")
+def loaded(qwen_tokenizer):
+    """A tiny random model, made once and handed to every run: what is tested here is what a
+    run writes, not how a model loads."""
+    return TransformersBackend(tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer), qwen_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _load_once(loaded, monkeypatch):
+    for module in (fixtures, score_command):
+        monkeypatch.setattr(module, "load_backend", lambda *args, **kwargs: loaded)
+
+
+@pytest.fixture(scope="module")
+def data(qwen_tokenizer, tmp_path_factory) -> Path:
+    """facts at 1k and 2k (2 items each), rules_en at 1k (12 items)."""
+    folder = tmp_path_factory.mktemp("data")
+    rows = build_rows(qwen_tokenizer, LENGTHS)
+    for config, length in SPLITS:
+        write_split(folder, config, length, rows[(config, length)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def made(data, loaded, tmp_path_factory) -> Path:
+    """The 16-item baseline, made once (``longctx score --save_scores`` writes the same file)."""
+    path = tmp_path_factory.mktemp("made") / "b.json.gz"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
+        assert main(["score", "--model", MODEL, "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
+    return path
+
+
+@pytest.fixture
+def baseline(made, pytester) -> Path:
+    """A copy of the baseline in the test's folder, where the run works."""
+    path = pytester.path / "baselines" / "b.json.gz"
+    path.parent.mkdir()
+    shutil.copyfile(made, path)
+    return path
+
+
+def keys(path: Path) -> set[tuple[str, str, str]]:
+    return {(c, n, i) for c, n, i, _ in load_scores(path).items()}
+
+
+def update(pytester, data, path, *args, **kwargs):
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={MODEL}", f"--longctx-data={data}",
+        f"--longctx-baseline={path}", "--longctx-update-baseline", *args, **kwargs)
+
+
+def summary(result) -> list[str]:
+    return [line for line in result.outlines if line.startswith("longctx: ")]
+
+
+# ------------------------------------------------------------------ 1: only a complete run writes
+
+
+class Hooks:
+    """Hooks of a test's own, handed to the run as a plugin (a conftest.py in the test's folder
+    would see only the tests under it, not the gate's)."""
+
+    def __init__(self, **hooks):
+        for name, hook in hooks.items():
+            setattr(self, f"pytest_{name}", hook)
+
+
+def first_item_done(report) -> bool:
+    return report.when == "call" and report.nodeid.startswith("longctx::test_item[facts-")
+
+
+def test_an_interrupted_update_keeps_the_baseline(pytester, data, baseline):
+    before = baseline.read_bytes()
+
+    def ctrl_c(report):
+        if first_item_done(report):
+            raise KeyboardInterrupt  # Ctrl-C once the facts are scored
+
+    result = update(pytester, data, baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert summary(result) == [f"longctx: baseline {baseline} NOT written: the run was interrupted (KeyboardInterrupt)"]
+    assert baseline.read_bytes() == before
+
+
+def failing(when: str):
+    """A hook that makes the first facts item's ``when`` phase fail (a test failure at
+    ``call``, an error at ``setup``), once the facts are scored."""
+
+    @pytest.hookimpl(wrapper=True)
+    def runtest_makereport(item, call):
+        report = yield
+        if report.when == when and item.nodeid.startswith("longctx::test_item[facts-1k-f1]"):
+            report.outcome, report.longrepr = "failed", f"made to fail at {when}"
+        return report
+
+    return runtest_makereport
+
+
+def internal_error(report):
+    if first_item_done(report):
+        raise RuntimeError("a plugin's hook broke")
+
+
+@pytest.mark.parametrize(("hooks", "args", "status", "why"), [
+    (dict(runtest_makereport=failing("call")), ["-x"], pytest.ExitCode.TESTS_FAILED,
+     "the run stopped before its last test (stopping after 1 failures; -x, --maxfail)"),
+    (dict(runtest_makereport=failing("setup")), [], pytest.ExitCode.TESTS_FAILED, "1 of the gate's tests ended in an error"),
+    (dict(runtest_logreport=internal_error), [], pytest.ExitCode.INTERNAL_ERROR, "pytest stopped on an internal error"),
+], ids=["stopped", "erroring", "internal-error"])
+def test_an_incomplete_update_writes_no_baseline(pytester, data, hooks, args, status, why):
+    path = pytester.path / "new.json.gz"  # none before: nothing protects it but the rule
+    result = update(pytester, data, path, *args, plugins=[Hooks(**hooks)])
+    assert result.ret == status
+    assert summary(result) == [f"longctx: baseline {path} NOT written: {why}"]
+    assert not path.exists()
+
+
+# ------------------------------------------------------------------ 3: a narrowed update
+
+
+@pytest.mark.parametrize(("args", "dropped"), [
+    (["-k", "facts-1k"], "14 of its 16 items (facts 2k: 2 of 2; rules_en: all 12 items)"),
+    (["--longctx-sets=facts"], "12 of its 16 items (rules_en: all 12 items)"),
+    (["--longctx-lengths=2k"], "14 of its 16 items (facts 1k: 2 of 2; rules_en: all 12 items)"),
+    (["--longctx-limit=1"], "13 of its 16 items (facts 1k: 1 of 2; facts 2k: 1 of 2; rules_en 1k: 11 of 12)"),
+], ids=["k", "sets", "lengths", "limit"])
+def test_a_narrowed_update_keeps_the_baseline(pytester, data, baseline, args, dropped):
+    before = baseline.read_bytes()
+    result = update(pytester, data, baseline, *args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the file asked for was not written
+    assert summary(result) == [
+        f"longctx: baseline {baseline} NOT written: this run would drop {dropped}; give --longctx-narrow-baseline to narrow "
+        "it on purpose, or update it with the selection it was made with (no -k, the same --longctx-sets, --longctx-lengths "
+        "and --longctx-limit)"]
+    assert baseline.read_bytes() == before
+
+
+def test_narrowing_on_purpose_says_what_was_dropped(pytester, data, baseline):
+    result = update(pytester, data, baseline, "-k", "facts-1k", "--longctx-narrow-baseline")
+    assert result.ret == pytest.ExitCode.OK
+    assert summary(result) == [
+        f"longctx: wrote baseline {baseline}, narrowed on purpose (--longctx-narrow-baseline): it dropped 14 of its 16 "
+        "items (facts 2k: 2 of 2; rules_en: all 12 items); commit it beside the checkpoint"]
+    assert keys(baseline) == {("facts", "1k", "f0"), ("facts", "1k", "f1")}
+
+
+def test_narrow_baseline_without_an_update_is_a_usage_error(pytester, data, baseline):
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--longctx-model={MODEL}", f"--longctx-data={data}",
+                                          f"--longctx-baseline={baseline}", "--longctx-narrow-baseline")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; give it with "
+            "--longctx-update-baseline, or leave it out") in result.stderr.lines
+
+
+# ------------------------------------------------------------------ 4: no output is the baseline's file
+
+
+@pytest.mark.parametrize(("args", "refused", "other"), [
+    (["--longctx-out=./baselines/b.json.gz"], "--longctx-out ./baselines/b.json.gz", None),
+    (["--longctx-update-baseline", "--longctx-html=baselines/../baselines/b.json.gz"],
+     "--longctx-html baselines/../baselines/b.json.gz", None),
+    (["--longctx-markdown=link.json.gz"], "--longctx-markdown link.json.gz", None),
+    (["--longctx-markdown=r.txt", "--longctx-html=./r.txt"], "--longctx-html ./r.txt", "--longctx-markdown r.txt"),
+], ids=["out", "html-updating", "markdown-link", "two-reports"])
+def test_an_output_on_the_baseline_is_refused_before_any_work(pytester, data, baseline, args, refused, other):
+    (pytester.path / "link.json.gz").symlink_to(baseline)
+    before = baseline.read_bytes()
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--longctx-model={MODEL}", f"--longctx-data={data}",
+                                          "--longctx-baseline=baselines/b.json.gz", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    option, other = refused.split()[0], other or f"--longctx-baseline {baseline}"  # the baseline as the run reads it
+    assert (f"ERROR: {refused}: it is the file of {other}, which writing it would overwrite; give {option} a path of its own"
+            in result.stderr.lines)
+    assert baseline.read_bytes() == before and not (pytester.path / "r.txt").exists()
+
+
+def cli_refusal(capsys, args, refused, other) -> None:
+    assert main(args) == 2
+    option = refused.split()[0]
+    assert capsys.readouterr().err.splitlines() == [
+        f"longctx: error: {refused}: it is the file of {other}, which writing it would overwrite; give {option} a path of its own"]
+
+
+def test_compare_out_on_its_inputs_is_refused(made, tmp_path, capsys):
+    link = tmp_path / "link.json.gz"
+    link.symlink_to(made)
+    before = made.read_bytes()
+    cli_refusal(capsys, ["compare", str(made), str(made), "--out", str(link)], f"--out {link}", f"BASELINE {made}")
+    results = tmp_path / "results.json"
+    results.write_text("{}")
+    cli_refusal(capsys, ["compare", str(made), str(results), "--out", f"{tmp_path}/./results.json"],
+                f"--out {tmp_path}/./results.json", f"RESULTS {results}")
+    assert made.read_bytes() == before and results.read_text() == "{}"
+
+
+def test_score_outputs_on_the_reference_are_refused(data, made, tmp_path, capsys):
+    link = tmp_path / "link.json.gz"
+    link.symlink_to(made)
+    before = made.read_bytes()
+    score = ["score", "--model", MODEL, "--data", str(data), "--reference_scores", str(link)]
+    cli_refusal(capsys, [*score, "--out", str(made)], f"--out {made}", f"--reference_scores {link}")
+    cli_refusal(capsys, [*score, "--save_scores", str(made)], f"--save_scores {made}", f"--reference_scores {link}")
+    cli_refusal(capsys, [*score, "--out", f"{tmp_path}/s.json.gz", "--save_scores", f"{tmp_path}/x/../s.json.gz"],
+                f"--save_scores {tmp_path}/x/../s.json.gz", f"--out {tmp_path}/s.json.gz")
+    assert made.read_bytes() == before
+
+
+# ------------------------------------------------------------------ 5: a link is written through
+
+
+def test_an_update_writes_through_a_baseline_link(pytester, data, baseline):
+    link = pytester.path / "b-link.json.gz"
+    link.symlink_to(baseline)
+    inode = baseline.stat().st_ino
+    result = update(pytester, data, link)
+    assert result.ret == pytest.ExitCode.OK, result.outlines[-20:]
+    assert summary(result) == [f"longctx: wrote baseline {link}; commit it beside the checkpoint"]
+    assert link.is_symlink() and link.resolve() == baseline
+    assert baseline.stat().st_ino != inode and len(keys(baseline)) == 16  # replaced whole, in one rename
+    assert sorted(p.name for p in baseline.parent.iterdir()) == ["b.json.gz"]  # no temporary file left
+
+
+def test_save_scores_writes_through_a_link(data, tmp_path):
+    target = tmp_path / "kept" / "ref.json.gz"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    link = tmp_path / "ref.json.gz"
+    link.symlink_to(target)
+    assert main(["score", "--model", MODEL, "--data", str(data), "--sets", "facts", "--lengths", "1k", "--limit", "1",
+                 "--quiet", "--save_scores", str(link)]) == 0
+    assert link.is_symlink() and keys(target) == {("facts", "1k", "f0")}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ref.json.gz"]
+
+
+# ------------------------------------------------------------------ 2: SIGTERM while the file is written
+
+SLOW_WRITE = """
+import gzip, sys, time
+from pytest_longctx.scoring.scores_file import ScoresFile
+
+def slow(self, data, write=gzip.GzipFile.write):
+    write(self, data)
+    print("writing", flush=True)
+    time.sleep(60)
+
+gzip.GzipFile.write = slow
+ScoresFile(mode="ids", meta={}).save(sys.argv[1])
+"""
+
+
+def test_sigterm_while_the_baseline_is_written_leaves_no_partial_file(baseline, tmp_path):
+    before = baseline.read_bytes()
+    script = tmp_path / "slow_write.py"
+    script.write_text(textwrap.dedent(SLOW_WRITE))
+    writer = subprocess.Popen([sys.executable, str(script), str(baseline)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert writer.stdout.readline() == "writing\n"
+    writer.send_signal(signal.SIGTERM)
+    assert writer.wait(timeout=30) == -signal.SIGTERM  # ended as SIGTERM ends a process
+    assert sorted(p.name for p in baseline.parent.iterdir()) == ["b.json.gz"]
+    assert baseline.read_bytes() == before
