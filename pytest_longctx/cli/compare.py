@@ -8,10 +8,12 @@ import json
 import sys
 
 from pytest_longctx.cli.args import level
+from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
+from pytest_longctx.gate.verdicts import Evaluation, cell_key, cells, item_key, row_key
 from pytest_longctx.parse import finite_nonnegative
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.html import html_report
@@ -62,6 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def check_keys(evaluation: Evaluation) -> list[str]:
+    """The key of every check the comparison can make, thresholded or not: its rows, items and
+    rules cells (what a ``--threshold`` pattern may name, as the plugin's check keys)."""
+    keys = [row_key(source) for source in evaluation.row_sources.values()]
+    for config, by_length in evaluation.sets.items():
+        keys += [item_key(config, length, i) for length, metrics in by_length.items() for i in metrics.get("per_item", {})]
+        if config_kind(config) == "rules":
+            keys += [cell_key(*cell) for cell in cells(config, list(by_length))]
+    return keys
+
+
 def render(comparison: Comparison, fmt: str, top: int) -> str:
     if fmt == "markdown":
         return markdown_report(comparison, top)
@@ -80,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out)], inputs=[("BASELINE", args.baseline), ("RESULTS", args.results)])
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
+    thresholds.check_patterns(check_keys(comparison.evaluation))  # a pattern naming nothing is refused, as by the plugin
     report = render(comparison, args.format, args.top)
     if args.out:
         try:

@@ -13,7 +13,7 @@ from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import require_finite, score_sets
-from pytest_longctx.scoring.scores_file import load_scores
+from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable, load_scores
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_json(args.out, results.to_json())
     if args.save_scores:
-        results.scores.save(args.save_scores)
+        check_judgeable(results.scores, f"--save_scores {args.save_scores}: NOT written", UNJUDGEABLE).save(args.save_scores)
     require_finite(results)
     return 0

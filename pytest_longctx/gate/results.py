@@ -10,7 +10,15 @@ from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.fingerprint import item_fingerprint
-from pytest_longctx.scoring.scores_file import FORMAT, ScoresFile, check_drift_blocks, checked_scores, read_json_file, scores_from_json
+from pytest_longctx.scoring.scores_file import (
+    FORMAT,
+    ScoresFile,
+    check_drift_blocks,
+    checked_body,
+    checked_scores,
+    read_json_file,
+    scores_from_json,
+)
 
 FIX = ("give a results JSON (longctx score --out, pytest --longctx-out) or a scores file "
        "(longctx score --save_scores, a baseline)")
@@ -29,23 +37,20 @@ class ResultsFile:
 
 
 def read_results(path: str) -> ResultsFile:
-    """A results JSON or a scores file; damage is one line naming the file and the fix."""
+    """A results JSON or a scores file; damage is one line naming the file (and item and
+    field) and the fix. Its own non-finite values are kept: they fail its checks."""
     where = Path(path)
-    if not where.is_file():
-        raise LongctxError(f"results {path}: no such file; {FIX}")
     body = read_json_file(where, "results", FIX)
     if isinstance(body, dict) and body.get("format") == FORMAT:
         whole = checked_scores(body, where, "results")
         return ResultsFile(path, whole.mode, whole.meta, whole, whole.sets, None)
     if not isinstance(body, dict) or not {"rows", "sets", "mode", "meta"} <= set(body):
         raise LongctxError(f"results {path}: neither a results JSON nor a scores file; {FIX}")
-    try:
-        scores = scores_from_json(body, path) if "scores" in body else None
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise LongctxError(f"results {path}: malformed per-target scores ({type(exc).__name__}: {exc}); "
-                           "write it again with this version of pytest-longctx") from None
+    again = "write it again with this version of pytest-longctx"
+    checked_body(body, f"results {path}", again)
+    scores = scores_from_json(body, path) if "scores" in body else None
     if scores is not None:
-        check_drift_blocks(scores, "results", "write it again with this version of pytest-longctx")
+        check_drift_blocks(scores, "results", again)
     return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
 
 

@@ -50,8 +50,9 @@ def pack(numbers: Iterable[float | int], kind: str) -> str:
 
 
 def unpack(text: str, kind: str) -> list:
+    """The numbers ``pack`` made; ValueError (binascii.Error) when ``text`` is not its base64."""
     packed = array(kind)
-    packed.frombytes(base64.b64decode(text))
+    packed.frombytes(base64.b64decode(text, validate=True))
     if sys.byteorder == "big":
         packed.byteswap()
     return packed.tolist()
@@ -93,21 +94,58 @@ class Block:
 
     @classmethod
     def decode(cls, found: Mapping[str, Any]) -> Block:
-        k, n = int(found["k"]), int(found["reads"])
-        flat_at = unpack(found["at"], "i")
-        top1 = unpack(found["top1"], "i")
+        """The block stored as ``found``; ValueError/TypeError naming the field when it is not
+        one ``block`` could have made (arrays of other lengths, a place or id out of range, a
+        padding id with a log-probability). Its numbers may be NaN: whether a file holding
+        them can judge is the reader's to say (scoring/scores_file.py)."""
+        k, n = _count(found, "k", 1), _count(found, "reads", 0)
+
+        def flat(name: str, kind: str, size: int) -> list[Any]:
+            if not isinstance(found[name], str):
+                raise TypeError(f"field {name!r} is a {type(found[name]).__name__}, not base64 text")
+            numbers = unpack(found[name], kind)
+            if len(numbers) != size:
+                raise ValueError(f"field {name!r}: {len(numbers)} values for {n} reads")
+            return numbers
 
         def rows(name: str, kind: str) -> list[list[Any]] | None:
             if name not in found:
                 return None
-            flat = unpack(found[name], kind)
-            if len(flat) != n * k:
-                raise ValueError(f"drift block field {name!r}: {len(flat)} values for {n} reads of {k}")
-            return [flat[r * k:(r + 1) * k] for r in range(n)]
+            numbers = flat(name, kind, n * k)
+            return [numbers[r * k:(r + 1) * k] for r in range(n)]
 
-        if len(flat_at) != 2 * n or len(top1) != n:
-            raise ValueError(f"drift block: {len(flat_at) // 2} places and {len(top1)} arg-maxes for {n} reads")
-        return cls(k, list(zip(flat_at[::2], flat_at[1::2])), top1, rows("ids", "i"), rows("lps", "f"), rows("ref", "f"))
+        at, top1 = flat("at", "i", 2 * n), flat("top1", "i", n)
+        ids, lps = rows("ids", "i"), rows("lps", "f")
+        if any(x < 0 for x in at):
+            raise ValueError(f"field 'at': a negative place at read {next(i for i, x in enumerate(at) if x < 0) // 2}")
+        _check_ids("top1", [[t] for t in top1])
+        if ids is not None:
+            _check_ids("ids", ids)
+            if lps is None:
+                raise ValueError("field 'ids' without 'lps'")
+            for r, (row, values) in enumerate(zip(ids, lps)):
+                if any(i == -1 and v != -math.inf for i, v in zip(row, values)):
+                    raise ValueError(f"field 'ids': padding (-1) with a log-probability at read {r}")
+        return cls(k, list(zip(at[::2], at[1::2])), top1, ids, lps, rows("ref", "f"))
+
+
+MAX_TOKEN_ID = 2**30  # no vocabulary is this large: a drift block's id at or above it is damage
+
+
+def _count(found: Mapping[str, Any], name: str, least: int) -> int:
+    value = found[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"field {name!r} is {value!r}, not a whole number of at least {least}")
+    return value
+
+
+def _check_ids(name: str, rows: Sequence[Sequence[int]]) -> None:
+    """Token ids in [0, MAX_TOKEN_ID), or -1 (the padding of a small vocabulary) in ``ids``."""
+    least = -1 if name == "ids" else 0
+    for r, row in enumerate(rows):
+        bad = [i for i in row if not least <= i < MAX_TOKEN_ID]
+        if bad:
+            raise ValueError(f"field {name!r}: {bad[0]} at read {r} is not a token id")
 
 
 # ------------------------------------------------------------------ one read

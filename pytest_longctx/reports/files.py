@@ -18,6 +18,7 @@ from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.junit import suite_properties
 from pytest_longctx.reports.markdown import ci_summary
 from pytest_longctx.reports.results_json import results_json
+from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
@@ -73,7 +74,7 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> tuple[Evalua
         refused, dropped = run.baseline_update(stopped)
         if not refused:
             try:
-                run.baseline_file().save(run.baseline_path)
+                check_judgeable(run.baseline_file(), None, UNJUDGEABLE).save(run.baseline_path)
             except OSError as exc:
                 refused = exc.strerror or str(exc)
             except LongctxError as exc:  # what it holds cannot make a baseline

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Iterator
 
 from pytest_longctx.data.records import RULES_CONFIGS
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.drift import Block
+from pytest_longctx.metrics.raw import is_scored, values
+from pytest_longctx.parse import at_least_one, option_value
 from pytest_longctx.paths import write_atomically, write_bytes_atomically
 
 FORMAT = "pytest-longctx/scores"
@@ -105,54 +110,124 @@ class ScoresFile:
 
 
 RECREATE = "recreate it (longctx score --save_scores, or pytest --longctx-update-baseline)"
+# what a run that made scores unable to judge is told (check_judgeable): nothing was written
+UNJUDGEABLE = ("a baseline or reference must judge every target: check the model (a NaN weight? try dtype float32); "
+               "the file is left as it was")
+
+# Reading is bounded: a file's decompressed bytes and its JSON nesting. The committed baseline is
+# 0.6 MB decompressed and a full-benchmark one (every config at 2k, 8k and 32k) a few MB: the byte
+# limit is far above both; a scores file nests 8 deep.
+MAX_BYTES, MAX_BYTES_VARIABLE = 256 * 2**20, "LONGCTX_MAX_FILE_BYTES"
+MAX_NESTING, MAX_NESTING_VARIABLE = 64, "LONGCTX_MAX_NESTING"
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+_CHUNK = 2**20
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [0] * 256
+for _open, _close in (b"[]", b"{}"):
+    _DEPTH_STEP[_open], _DEPTH_STEP[_close] = 1, -1
+
+
+def _limit(variable: str, default: int) -> int:
+    value = os.environ.get(variable)
+    return default if value is None else option_value(variable, value, at_least_one)
+
+
+def _bounded_bytes(path: Path, limit: int) -> bytes | None:
+    """The file's bytes, un-gzipped, read in chunks; None when there are more than ``limit``."""
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = stream.read(min(_CHUNK, limit + 1 - size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+    return None
+
+
+def _nesting(data: bytes, limit: int) -> bool:
+    """Whether the JSON in ``data`` nests deeper than ``limit``, found without recursion:
+    its strings cut out, the depth after each bracket left."""
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return len(brackets) > limit and any(map(limit.__lt__, accumulate(map(_DEPTH_STEP.__getitem__, brackets))))
 
 
 def read_json_file(path: Path, what: str, fix: str) -> Any:
-    """The JSON a file holds, gzipped or not; damage is one line naming the file and ``fix``."""
+    """The JSON a file holds, gzipped or not, read within the limits on its decompressed size
+    (``LONGCTX_MAX_FILE_BYTES``) and nesting (``LONGCTX_MAX_NESTING``); a missing file, a
+    folder, a Git LFS pointer and damage are one line naming the file and ``fix``."""
+    name = f"{what} {path}"
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))[:3]
+        raise LongctxError(f"{name}: is a folder, not a file; give the file itself"
+                           + (f" (it holds {', '.join(inside)})" if inside else ""))
+    if not path.exists():
+        raise LongctxError(f"{name}: no such file; {fix}")
+    max_bytes, max_nesting = _limit(MAX_BYTES_VARIABLE, MAX_BYTES), _limit(MAX_NESTING_VARIABLE, MAX_NESTING)
     try:
-        raw = path.read_bytes()
-        return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LongctxError(f"{what} {path}: corrupt or truncated ({type(exc).__name__}: {exc}); {fix}") from None
+        raw = _bounded_bytes(path, max_bytes)
+        if raw is None:
+            raise LongctxError(f"{name}: holds more than {max_bytes:,} bytes (decompressed), more than any scores file "
+                               f"needs; if it is genuine, raise the limit: {MAX_BYTES_VARIABLE}=BYTES")
+        if raw.startswith(LFS_POINTER):
+            raise LongctxError(f"{name}: is a Git LFS pointer, not the file: fetch it (git lfs pull), or commit the "
+                               "file itself, without LFS")
+        text = raw.decode("utf-8")
+        if _nesting(raw, max_nesting):
+            raise LongctxError(f"{name}: nests deeper than {max_nesting} levels, deeper than any scores file; "
+                               f"{fix} (or, if it is genuine, raise the limit: {MAX_NESTING_VARIABLE}=LEVELS)")
+        return json.loads(text)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise LongctxError(f"{name}: corrupt or truncated ({type(exc).__name__}: {exc}); {fix}") from None
 
 
 def load_scores(path: str | os.PathLike, what: str = "reference scores") -> ScoresFile:
-    """Read a scores file or baseline; any damage is one line naming the file and the fix."""
+    """Read a reference scores file or baseline, one that can judge a candidate
+    (``check_judgeable``); anything else is one line naming the file, item and field, and the fix."""
     path = Path(path)
-    if not path.is_file():
-        raise LongctxError(f"{what} {path}: no such file")
-    return checked_scores(read_json_file(path, what, RECREATE), path, what)
+    return check_judgeable(checked_scores(read_json_file(path, what, RECREATE), path, what), f"{what} {path}", RECREATE)
 
 
 def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:
-    """A scores file from the JSON read from ``path``, its format and version checked."""
+    """A scores file from the JSON read from ``path``, its format, version, types and drift
+    blocks checked (its values may be NaN: a candidate's are its own failures)."""
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise LongctxError(f"{what} {path}: not a pytest-longctx scores file; {RECREATE}")
     if body.get("version") not in READS:
         raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads "
                            f"{' and '.join(map(str, READS))}; {RECREATE}")
-    try:
-        scores = scores_from_json(body, str(path))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise LongctxError(f"{what} {path}: malformed ({type(exc).__name__}: {exc}); {RECREATE}") from None
+    scores = scores_from_json(checked_body(body, f"{what} {path}", RECREATE), str(path))
     check_drift_blocks(scores, what, RECREATE)
     return scores
 
 
 def check_drift_blocks(scores: ScoresFile, what: str, fix: str) -> None:
-    """Every item's drift block decodes: a damaged one is one line naming the file and item."""
+    """Every item's drift block decodes, over as many reads as its targets and control reads
+    have values: a damaged one is one line naming the file and item."""
     for config, length, item_id, item in scores.items():
         if item.drift:
             try:
-                Block.decode(item.drift)
+                found = Block.decode(item.drift)
+                reads = len(_values(item))
+                if len(found.at) != reads:
+                    raise ValueError(f"{len(found.at)} reads, its targets and control reads have {reads}")
             except (KeyError, TypeError, ValueError) as exc:  # binascii.Error is a ValueError
                 raise LongctxError(f"{what} {scores.path}: {config}/{length}/{item_id}: its drift block is damaged "
                                    f"({type(exc).__name__}: {exc}); {fix}") from None
 
 
+def _values(item: ItemScores) -> list[Any]:
+    return [v for record in (*item.targets, *item.controls) for v in values(record)]
+
+
 def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFile:
     """A scores file from its JSON body (``mode``, ``meta``, ``scores``, optional ``rows``
-    and ``sets``), as a scores file or a results JSON holds it; KeyError/TypeError when malformed."""
+    and ``sets``), as a scores file or a results JSON holds it; KeyError/TypeError when
+    malformed (``checked_body`` says where)."""
     scores = {
         config: {
             length: {i: ItemScores.from_json(s) for i, s in by_item.items()}
@@ -162,6 +237,145 @@ def scores_from_json(body: dict[str, Any], path: str | None = None) -> ScoresFil
     }
     return ScoresFile(mode=body["mode"], meta=dict(body["meta"]), scores=scores, rows=body.get("rows"),
                       sets=body.get("sets"), path=path)
+
+
+# ------------------------------------------------------------------ what a file read holds
+
+_JSON_TYPES = ((bool, "true/false"), (str, "a string"), (int, "a number"), (float, "a number"), (list, "a list"),
+               (dict, "an object"), (type(None), "null"))
+
+
+def _kind(value: Any) -> str:
+    return next(name for t, name in _JSON_TYPES if isinstance(value, t))
+
+
+def _number(value: Any) -> bool:
+    """A number, or null (how a non-finite one is stored)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+class _Malformed(Exception):
+    """Where a body is not what a scores file holds, and what is found there."""
+
+
+def _expect(value: Any, wanted: type, where: str, what: str) -> Any:
+    if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+        raise _Malformed(f"{where}: {_kind(value)}, not {what}")
+    return value
+
+
+def _record(config: str, record: Any, where: str) -> None:
+    """One target's or control read's record (metrics/raw.py), the kind its config has."""
+    _expect(record, dict, where, "an object")
+    if "unaligned" in record:
+        _expect(record["unaligned"], str, f"{where} 'unaligned'", "a string (why it could not be scored)")
+        return
+    names = ("score_without", "score_with") if config in RULES_CONFIGS else ("hits", "logprobs")
+    for name in names:
+        if name not in record:
+            raise _Malformed(f"{where}: no {name!r}")
+    if config in RULES_CONFIGS:
+        for name in names:
+            if not _number(record[name]):
+                raise _Malformed(f"{where} {name!r}: {_kind(record[name])}, not a number")
+        return
+    hits = _expect(record["hits"], list, f"{where} 'hits'", "a list")
+    logprobs = _expect(record["logprobs"], list, f"{where} 'logprobs'", "a list")
+    if len(hits) != len(logprobs):
+        raise _Malformed(f"{where}: {len(hits)} 'hits' for {len(logprobs)} 'logprobs'")
+    for n, (hit, value) in enumerate(zip(hits, logprobs)):
+        _expect(hit, bool, f"{where} 'hits'[{n}]", "true/false")
+        if not _number(value):
+            raise _Malformed(f"{where} 'logprobs'[{n}]: {_kind(value)}, not a number")
+
+
+def _item(config: str, item: Any, where: str) -> None:
+    _expect(item, dict, where, "an object")
+    for name in ("fingerprint", "targets"):
+        if name not in item:
+            raise _Malformed(f"{where}: no {name!r}")
+    _expect(item["fingerprint"], str, f"{where} 'fingerprint'", "a string")
+    for name in ("targets", "controls"):
+        for n, record in enumerate(_expect(item.get(name, []), list, f"{where} {name!r}", "a list")):
+            _record(config, record, f"{where} {name}[{n}]")
+    if item.get("drift") is not None:
+        _expect(item["drift"], dict, f"{where} 'drift'", "an object")
+
+
+def _body(body: dict[str, Any]) -> None:
+    for name in ("mode", "meta", "scores"):
+        if name not in body and (name != "scores" or body.get("format") == FORMAT):
+            raise _Malformed(f"no {name!r}")
+    _expect(body["mode"], str, "'mode'", "a string")
+    for key, value in _expect(body["meta"], dict, "'meta'", "an object").items():
+        if key in ("model", "backend", "tokenizer", "mode", "data", "data_source") and not isinstance(value, (str, type(None))):
+            raise _Malformed(f"'meta' {key!r}: {_kind(value)}, not a string")
+    for config, by_length in _expect(body.get("scores", {}), dict, "'scores'", "an object").items():
+        for length, by_item in _expect(by_length, dict, f"'scores' {config}", "an object").items():
+            for item_id, item in _expect(by_item, dict, f"'scores' {config}/{length}", "an object").items():
+                _item(config, item, f"{config}/{length}/{item_id}")
+    if body.get("rows") is not None:
+        for name, value in _expect(body["rows"], dict, "'rows'", "an object").items():
+            if not _number(value):
+                raise _Malformed(f"'rows' {name!r}: {_kind(value)}, not a number")
+    if body.get("sets") is not None:
+        for config, by_length in _expect(body["sets"], dict, "'sets'", "an object").items():
+            for length, metrics in _expect(by_length, dict, f"'sets' {config}", "an object").items():
+                if "per_item" not in _expect(metrics, dict, f"'sets' {config}/{length}", "an object"):
+                    raise _Malformed(f"'sets' {config}/{length}: no 'per_item'")
+                _expect(metrics["per_item"], dict, f"'sets' {config}/{length} 'per_item'", "an object")
+
+
+def checked_body(body: dict[str, Any], name: str, fix: str) -> dict[str, Any]:
+    """``body`` (a scores file's, or a results JSON's, whose ``scores`` are optional) when every
+    field has the type a scores file gives it, else one line: ``name``, the item and field,
+    what is there, ``fix``."""
+    try:
+        _body(body)
+    except _Malformed as exc:
+        raise LongctxError(f"{name}: malformed: {exc}; {fix}") from None
+    return body
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def check_judgeable(scores: ScoresFile, name: str | None, fix: str) -> ScoresFile:
+    """``scores`` when it can judge a candidate, as a baseline or reference must: every
+    target's and control read's values finite, its drift blocks' log-probabilities too, a
+    drift block for every item with reads when any item has one, and something scored in
+    every config/length. Else one line: ``name`` (when given), the item and field, ``fix``.
+    Both paths use it: what is read as a baseline, and what is about to be written as one."""
+
+    def refuse(where: str, problem: str) -> LongctxError:
+        return LongctxError(f"{name + ': ' if name else ''}{where}: {problem}; {fix}")
+
+    with_drift = scores.has_drift
+    for config, by_length in scores.scores.items():
+        for length, by_item in by_length.items():
+            for item_id, item in by_item.items():
+                where = f"{config}/{length}/{item_id}"
+                for field_name in ("targets", "controls"):
+                    for n, record in enumerate(getattr(item, field_name)):
+                        if not all(map(_finite, values(record))):
+                            kind = "'logprobs'" if "logprobs" in record else "'score_without'/'score_with'"
+                            raise refuse(where, f"{field_name}[{n}] {kind}: not finite (NaN, infinite or null), so it "
+                                                "cannot judge a candidate there")
+                if with_drift and _values(item) and not (item.drift and "ids" in item.drift):
+                    raise refuse(where, "has no drift block ('drift' with 'ids') where the other items have one")
+                lps = Block.decode(item.drift).lps if item.drift and "lps" in item.drift else None
+                for r, row in enumerate(lps or []):
+                    if any(math.isnan(v) or v == math.inf for v in row):
+                        raise refuse(where, f"its drift block's 'lps' at read {r} is NaN or infinite, not a "
+                                            "log-probability")
+            if not any(is_scored(r) for item in by_item.values() for r in item.targets):
+                raise refuse(f"{config}/{length}", f"nothing scored in its {len(by_item)} item(s) (every target "
+                                                   "unaligned or not finite): it cannot judge a candidate")
+    for row, value in (scores.rows or {}).items():
+        if value is not None and not math.isfinite(value):
+            raise refuse(f"'rows' {row!r}", f"{value}, not a number")
+    return scores
 
 
 def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tuple[str, str, str], str],
