@@ -89,10 +89,13 @@ def _asking(target: TargetReads, ids: Iterator[list[int]]) -> TargetReads:
     return replace(target, reads=tuple(replace(r, also=tuple(i for i in next(ids) if i >= 0)) for r in target.reads))
 
 
-def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: list[str]) -> list[ItemReads]:
+def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: list[str],
+                       vocab_size: int | None = None) -> list[ItemReads]:
     """The plans with every read also asking for the reference's most likely tokens there
     (``Read.also``), where the reference read the same places; an item it read elsewhere
-    (another mode or tokenizer) gets no drift, and ``notes`` says how many."""
+    (another mode or tokenizer) gets no drift, and ``notes`` says how many. An id beyond the
+    model's ``vocab_size`` (known only now, not when the reference was read) is one line
+    naming the item."""
     found, elsewhere = [], []
     for plan in plans:
         stored = reference.scores.get(plan.config, {}).get(plan.length, {}).get(plan.item.id)
@@ -103,6 +106,12 @@ def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: lis
                 elsewhere.append(f"{plan.config}/{plan.length}/{plan.item.id}")
             found.append(plan)
             continue
+        beyond = [i for row in theirs.ids for i in row if i >= vocab_size] if vocab_size else []
+        if beyond:
+            raise LongctxError(f"{reference.path or 'the reference'}: {plan.config}/{plan.length}/{plan.item.id}: its drift "
+                               f"block's 'ids' hold token id {beyond[0]}, beyond this model's vocabulary of {vocab_size} "
+                               "tokens: it was made with a model of another vocabulary, or is damaged; recreate it "
+                               "from this model's original")
         ids = iter(theirs.ids)
         found.append(replace(plan, targets=tuple(_asking(t, ids) for t in plan.targets),
                              controls=tuple(_asking(t, ids) for t in plan.controls)))
@@ -125,7 +134,7 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
     items that could not be compared so)."""
     plans = plan_reads(dataset, mode, tokenizer)
     if reference is not None and reference.has_drift:
-        plans = with_reference_ids(plans, reference, notes if notes is not None else [])
+        plans = with_reference_ids(plans, reference, notes if notes is not None else [], getattr(backend, "vocab_size", None))
     if not beyond_context:
         check_context_window(backend, plans)
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
