@@ -87,7 +87,7 @@ def _short_text(row: dict) -> None:
 @pytest.mark.parametrize(
     "config, change, field",
     [
-        ("facts", _shift_answer, "targets[0].answer_char"),
+        ("facts", _shift_answer, "targets[0], field 'answer_char'"),  # refused on load, as by every command
         ("facts", _tamper_ids, "qwen_ids"),
         ("facts", _distance, "targets[0].distance_tokens"),
         ("tool_calls", _flip_far, ".far"),

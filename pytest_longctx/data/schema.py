@@ -111,6 +111,17 @@ class _Row:
                                    f"(text has {text_len} characters)")
         return start, stop
 
+    def holding(self, field: str, text: str, value_field: str) -> tuple[int, int]:
+        """The ``position`` ``field`` of a piece of ``text`` whose own text is ``value_field``
+        (a facts item's answer or fact), checked to hold it: a span that holds something else
+        would be scored as if it held the piece."""
+        value = self.text(value_field)
+        start, stop = self.position(field, len(text), len(value))
+        if text[start:stop] != value:
+            raise self.fail(field, f"span [{start}, {stop}) holds {text[start:stop]!r:.60}, not the {value_field} "
+                                   f"{value!r:.60}; fix the span or the {value_field}")
+        return start, stop
+
     def token_span(self, field: str) -> tuple[int, int] | int | None:
         """Token positions ``[first, end)``, or the first alone (the end is found with the tokenizer)."""
         value = self.data.get(field)
@@ -151,9 +162,9 @@ def _fact(row: _Row) -> FactItem:
     text = row.text("text")
     targets = tuple(
         FactTarget(
-            answer_char=t.position("answer_char", len(text), len(t.text("answer"))),
+            answer_char=t.holding("answer_char", text, "answer"),
             answer=t.text("answer"),
-            fact_char=t.position("fact_char", len(text), len(t.text("fact"))),
+            fact_char=t.holding("fact_char", text, "fact"),
             fact=t.text("fact"),
             distance_tokens=t.integer("distance_tokens"),
             qwen_answer_pos=t.token_span("qwen_answer_pos"),

@@ -1,6 +1,8 @@
 """``longctx validate DIR``: check a benchmark folder (builtin or published) against
 the schema and for internal consistency, re-deriving every offset, token position,
-distance and flag from the texts with the Qwen3.5 tokenizer."""
+distance and flag from the texts with the Qwen3.5 tokenizer. That a facts item's spans
+hold its answers and facts is checked when the items are read (``schema``), so such a
+folder is refused by every command, not only here."""
 from __future__ import annotations
 
 import re
@@ -57,8 +59,6 @@ def _token(check: Checker, field: str, encoding: Encoding, start: int, text_len:
 def _facts(item: FactItem, check: Checker, encoding: Encoding) -> None:
     for n, t in enumerate(item.targets):
         f = f"targets[{n}]"
-        check.check(item.text[slice(*t.answer_char)] == t.answer, f"{f}.answer_char", f"span does not hold the answer {t.answer!r}")
-        check.check(item.text[slice(*t.fact_char)] == t.fact, f"{f}.fact_char", "span does not hold the fact sentence")
         first = _token(check, f"{f}.answer_char", encoding, t.answer_char[0], len(item.text))
         if first is None:
             continue
