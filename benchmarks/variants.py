@@ -108,12 +108,12 @@ def build(model_ref: str, out: Path, names: tuple[str, ...] = VARIANTS) -> dict[
         built[name] = folder
         if (folder / "config.json").exists():
             continue
-        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32").eval()
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32", trust_remote_code=False).eval()
         steps[name](model)
         partial = out / f".{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         model.save_pretrained(partial)
-        AutoTokenizer.from_pretrained(source).save_pretrained(partial)
+        AutoTokenizer.from_pretrained(source, trust_remote_code=False).save_pretrained(partial)
         if name == "window512":
             local_window(partial, 512)
         partial.rename(folder)

@@ -28,14 +28,14 @@ def backend_options(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",
-                 options: Sequence[str] = ()) -> tuple[Any, Any]:
+                 options: Sequence[str] = (), trust_remote_code: bool = False) -> tuple[Any, Any]:
     """(backend, tokenizer) for a model reference.
 
     ``backend`` is ``hf`` (transformers), ``llama.cpp``, an entry point's name or
     ``module:factory``; the factory is called as ``factory(model=..., dtype=..., device=...)``
-    (and ``options={KEY: VALUE}`` when ``--backend-option``s are given) and returns the
-    backend; its tokenizer is its ``tokenizer`` attribute (``None`` restricts scoring to the
-    ids mode).
+    (and ``options={KEY: VALUE}`` when ``--backend-option``s are given, ``trust_remote_code=True``
+    when the user allows a model's own code to run) and returns the backend; its tokenizer is
+    its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode).
     """
     settings = backend_options(options)
     try:
@@ -44,12 +44,17 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
         raise LongctxError(f"--backend {backend}: {exc}") from None
     if not callable(factory):
         raise LongctxError(f"--backend {backend}: names a {type(factory).__name__}, not a factory (a function or class)")
-    arguments: dict[str, Any] = {"model": model, "dtype": dtype, "device": device, **({"options": settings} if settings else {})}
+    arguments: dict[str, Any] = {"model": model, "dtype": dtype, "device": device, **({"options": settings} if settings else {}),
+                                 **({"trust_remote_code": True} if trust_remote_code else {})}
     try:
         inspect.signature(factory).bind(**arguments)
     except TypeError as exc:
-        if settings and "options" not in inspect.signature(factory).parameters:
+        parameters = inspect.signature(factory).parameters
+        if settings and "options" not in parameters:
             raise LongctxError(f"--backend {backend}: takes no --backend-option (given: {', '.join(settings)})") from None
+        if trust_remote_code and "trust_remote_code" not in parameters:
+            raise LongctxError(f"--backend {backend}: runs no model code of its own, so --trust-remote-code does not apply; "
+                               "leave it out") from None
         raise LongctxError(f"--backend {backend}: the factory cannot be called as factory(model=..., dtype=..., device=...) "
                            f"({exc})") from None
     except ValueError:  # no signature to inspect (a builtin): the call says

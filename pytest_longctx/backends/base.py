@@ -36,10 +36,12 @@ class Backend(Protocol):
     ``read``: they are asked for the log-probabilities of the baseline's ids.
 
     A backend may also expose ``tokenizer`` (a Hugging Face tokenizer, for the ``text``
-    mode) and ``describe() -> dict`` (model id, weight fingerprint, dtype, device,
-    library versions: recorded in results and baselines), and ``context_window`` (the
-    longest sequence it was trained for, or None): texts longer than that are refused
-    unless the user allows them. ``session()`` (see the transformers backend) lets the
+    mode; when None, ``tokenizer_missing`` may say why) and ``describe() -> dict`` (model
+    id, weight fingerprint, dtype, device, library versions: recorded in results and
+    baselines), ``context_window`` (the longest sequence it was trained for, or None):
+    texts longer than that are refused unless the user allows them, and ``vocab_size``
+    (the token ids it takes): larger ids are refused before any forward pass. The engine
+    refuses any log-probability above 0 (logits passed off as log-probabilities). ``session()`` (see the transformers backend) lets the
     engine run shared prefixes once; its ``advance`` takes ``top_k`` as ``read`` does.
     """
 

@@ -65,7 +65,8 @@ def resolve_dtype(dtype: str, device: str):
     """``auto``: float32 on the CPU (exact), the checkpoint's dtype on an accelerator."""
     torch = _torch()
     if dtype not in DTYPES:
-        raise LongctxError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+        raise LongctxError(f"--dtype {dtype}: the transformers backend loads weights as one of {', '.join(DTYPES)}; "
+                           "an integer or 8-bit model is a quantized checkpoint (a GGUF file: --backend llama.cpp)")
     if dtype == "auto":
         return torch.float32 if device == "cpu" else "auto"
     return getattr(torch, dtype)
@@ -107,8 +108,21 @@ def _damaged_weights(folder: str) -> str | None:
     return None
 
 
-def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
-    """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error."""
+TRUST_OPTION = "--longctx-trust-remote-code (longctx score: --trust-remote-code)"
+# Files one of which a model folder's tokenizer is read from.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def missing_tokenizer(folder: str) -> str:
+    """Why a model folder gives no tokenizer, as the text mode's error says it."""
+    return f"{folder} has no tokenizer files ({' / '.join(TOKENIZER_FILES[:2])} with a vocabulary)"
+
+
+def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False):
+    """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error;
+    the tokenizer is None for a folder without tokenizer files (the ids mode needs none,
+    the text mode says so: ``missing_tokenizer``). A model that needs its own Python code (``auto_map`` in its config) is refused unless
+    ``trust_remote_code``: nothing is asked on stdin, nothing of the model's runs."""
     _torch()
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -116,13 +130,22 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
         raise LongctxError("the transformers backend needs transformers: pip install 'pytest-longctx[hf]'") from None
     where, extra = _locate(model)
     device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)  # a dtype it cannot load is said as such, not as a damaged file
     damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
     if damaged:
         raise LongctxError(f"--model {model}: cannot load it: {damaged}; re-download or re-save the model")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, **extra)
-        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype, device), **extra)
+        trust = bool(trust_remote_code)  # always given: without it transformers asks on stdin
+        folder = not extra and Path(where).is_dir()
+        has_files = not folder or any((Path(where) / name).is_file() for name in TOKENIZER_FILES)
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust, **extra) if has_files else None
+        if tokenizer is not None and len(tokenizer) <= 1:  # no vocabulary: every text would be no tokens at all
+            tokenizer = None
+        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra)
     except (OSError, ValueError) as exc:
+        if "trust_remote_code" in str(exc) and not trust_remote_code:
+            raise LongctxError(f"--model {model}: the model needs its own Python code (auto_map in its config), which is "
+                               f"not run unless you allow it: pass {TRUST_OPTION} only if you trust that code") from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
@@ -133,9 +156,10 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto"):
     return loaded.to(device).eval(), tokenizer
 
 
-def factory(model: str, dtype: str = "auto", device: str = "auto") -> TransformersBackend:
+def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False) -> TransformersBackend:
     """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias."""
-    return TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model)
+    return TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model,
+                                    trust_remote_code=trust_remote_code)
 
 
 def smollm2_folder() -> str:
@@ -173,12 +197,15 @@ class TransformersBackend:
         forward = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._fingerprint: str | None = None
+        self.tokenizer_missing: str | None = None  # why there is no tokenizer, for the text mode's error
 
     @classmethod
     def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK,
-             name: str | None = None) -> TransformersBackend:
-        loaded, tokenizer = load_pretrained(model, dtype, device)
-        return cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
+             name: str | None = None, trust_remote_code: bool = False) -> TransformersBackend:
+        loaded, tokenizer = load_pretrained(model, dtype, device, trust_remote_code)
+        backend = cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
+        backend.tokenizer_missing = missing_tokenizer(model) if tokenizer is None else None
+        return backend
 
     @property
     def context_window(self) -> int | None:
@@ -190,6 +217,17 @@ class TransformersBackend:
         if rope.get("rope_type", "default") != "default":
             return None
         return getattr(config, "max_position_embeddings", None)
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The token ids the model takes and predicts: the rows of its embedding and LM head
+        (the engine refuses larger ids before any forward pass)."""
+        sizes = []
+        for layer in (self.model.get_input_embeddings(), self.model.get_output_embeddings()):
+            weight = getattr(layer, "weight", None)
+            if weight is not None and weight.dim() == 2:
+                sizes.append(int(weight.shape[0]))
+        return min(sizes, default=None)
 
     # -------------------------------------------------------------- reading
 

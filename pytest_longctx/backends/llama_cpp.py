@@ -267,6 +267,11 @@ class LlamaCppBackend:
         """The positions the model was trained for (the GGUF's ``context_length``)."""
         return int(self.llama.llama_model_n_ctx_train(self.model)) or None
 
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the model takes (the engine refuses larger ones before any forward pass)."""
+        return self.n_vocab
+
     # -------------------------------------------------------------- reading
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:

@@ -38,6 +38,8 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
                         "batch-size=2048, ubatch-size=512, gpu-layers=N, flash-attn=auto); repeatable")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let a model that needs its own Python code (auto_map in its config) run it; refused by default")
     parser.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
                         "(default: the user cache; 'off' to disable)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         raise LongctxError(f"--data {args.data}: no session" + (f" of the suites {','.join(args.suites)}" if args.suites else ""))
     backend = None
     if args.model:
-        backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option)
+        backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
+                                  args.trust_remote_code)
     reader = Reader.of(backend, args.model)
     reader.cache = CompressionCache.at(args.cache_dir, lambda warning: note(f"warning: {warning}"))
     progress = None if args.quiet else Progress

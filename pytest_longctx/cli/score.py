@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     reference = load_scores(args.reference_scores) if args.reference_scores else None
-    backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option)
+    backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
+                                      args.trust_remote_code)
     cache = ScoreCache.for_backend(backend, args.cache_dir)
     results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
                          cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)

@@ -51,6 +51,8 @@ OPTIONS = (
     Option("html", "write the HTML report here (one self-contained file)", ini=False),
     Option("dtype", "auto (float32 on CPU), float32, bfloat16, float16", "auto"),
     Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", "auto"),
+    Option("trust-remote-code", "let a model that needs its own Python code (auto_map in its config) run it; refused by "
+           "default", False, ini=False, kind="flag"),
     Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file) or module:factory", "hf"),
     Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4, …); repeatable",
            ini=False, kind="pairs"),
@@ -120,6 +122,7 @@ class GateOptions:
     min_retention_verbatim: float = 1.0
     min_retention_paraphrase: float = 0.95
     backend_options: tuple[str, ...] = ()  # --longctx-backend-option KEY=VALUE
+    trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
 
     def data_args(self) -> list[str]:
@@ -188,6 +191,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         out=values["longctx_out"], only=bool(values["longctx_only"]),
         allow_beyond_context=bool(values["longctx_allow_beyond_context"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
         backend=values["longctx_backend"], backend_options=values["longctx_backend_option"] or (),
+        trust_remote_code=bool(values["longctx_trust_remote_code"]),
         cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
                               follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],

@@ -50,7 +50,8 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
     try:
         with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
             backend, _ = load_backend(options.model, options.backend, options.dtype,
-                                      worker_device(options.device, env_worker()), options.backend_options)
+                                      worker_device(options.device, env_worker()), options.backend_options,
+                                      options.trust_remote_code)
     except LongctxError as exc:
         failure = str(exc)
     else:

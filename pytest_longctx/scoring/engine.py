@@ -13,6 +13,7 @@ tokens (a baseline's top ids, for a candidate) are read beside its own token.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -132,9 +133,35 @@ class _Tracker:
             self.progress.advance(items=finished)
 
 
-def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int) -> Answers:
-    """A backend's ``ReadResult`` as answers, checked: anything else is one line naming the
-    backend and what it returned, not a traceback in the engine."""
+# A log-probability is at most 0. Both backends' log-softmax (torch in float32, numpy in
+# float64) gave at most exactly 0 over 3,200 random rows, flat to one token taking all the
+# mass, of 2 to 152k tokens; the margin leaves room for another backend's rounding (a
+# logsumexp taken in half precision), far below any logit a backend might pass off.
+MAX_LOGPROB = 1e-4
+
+
+def _above_zero(name: str, item: str, index: int, token: int, value: float, where: str) -> LongctxError:
+    return LongctxError(f"{name} returned {value:.6g} as the log-probability of token {token} at read position {index} "
+                        f"of item {item}{where}; log-probabilities must be <= 0 (logits? take log_softmax over the "
+                        "vocabulary)")
+
+
+def _check_at_most_zero(name: str, item: Callable[[int], str], index: int, asked: dict[int, float], top: TopK | None) -> None:
+    """Refuse a log-probability above 0 (NaN and -inf pass: a candidate's non-finite values fail its checks)."""
+    for token, value in asked.items():
+        if MAX_LOGPROB < value < math.inf:
+            raise _above_zero(name, item(index), index, token, value, "")
+    for token, value in zip(*top) if top is not None else ():
+        if MAX_LOGPROB < value < math.inf:
+            raise _above_zero(name, item(index), index, token, value, " (among its top-k)")
+
+
+def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int,
+             item: Callable[[int], str] = lambda index: "?") -> Answers:
+    """A backend's ``ReadResult`` as answers, checked: anything else, or a log-probability
+    above 0, is one line naming the backend, the item (``item(index)`` names the one that
+    asked for a read) and what it returned, not a traceback in the engine or a wrong score.
+    Every backend's answers pass through here."""
     name = f"backend {type(backend).__name__}: {method}()"
     expected = ("expected ReadResult(top1, logprobs): per position asked, the top-1 token id and the log-probabilities "
                 "of the tokens asked for (pytest_longctx.backends.base)")
@@ -163,29 +190,36 @@ def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens:
                     raise LongctxError(f"{name} returned {len(best[0])} top ids and {len(best[1])} log-probabilities "
                                        f"where top_k={top_k} were asked for")
             answers[i] = (int(t), dict(zip(toks, values)), best)
+            _check_at_most_zero(name, item, i, answers[i][1], best)
     except (TypeError, ValueError) as exc:
         raise LongctxError(f"{name} returned {type(result).__name__} holding values of the wrong type ({exc}); {expected}") from None
     return answers
 
 
-def _read_each(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int) -> list[Answers]:
+def _read_each(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int,
+               named: Callable[[Request], str]) -> list[Answers]:
     tracker.start(sum(len(r.ids) for r in requests))
     extra = {"top_k": top_k} if top_k else {}
     answers = []
     for number, request in enumerate(requests):
         indices = sorted(request.reads)
         tokens = [sorted(request.reads[i]) for i in indices]
-        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens, **extra), indices, tokens, top_k))
+        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens, **extra), indices, tokens, top_k,
+                                lambda _, request=request: named(request)))
         tracker.tokens(len(request.ids))
         tracker.answered(number)
     return answers
 
 
-def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int) -> list[Answers]:
+def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int,
+               named: Callable[[Request], str]) -> list[Answers]:
     root, paths = prefix_tree.build([r.ids for r in requests])
+    asker: dict[tuple[int, int], Request] = {}  # (node, prediction index) -> a request that reads there
     for request, path in zip(requests, paths):
         for index, tokens in request.reads.items():
-            prefix_tree.node_at(path, index).reads.setdefault(index, set()).update(tokens)
+            node = prefix_tree.node_at(path, index)
+            node.reads.setdefault(index, set()).update(tokens)
+            asker.setdefault((id(node), index), request)
     tracker.start(prefix_tree.total_tokens(root))
     session = backend.session()
     extra = {"top_k": top_k} if top_k and takes_top_k(session.advance) else {}
@@ -195,7 +229,8 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: 
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
             result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens, **extra)
-            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k if extra else 0))
+            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k if extra else 0,
+                                         lambda index: named(asker[id(node), index])))
             tracker.tokens(node.tokens)
         for number in node.ends:
             tracker.answered(number)
@@ -211,6 +246,22 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: 
     return [{i: prefix_tree.node_at(path, i).results[i] for i in request.reads} for request, path in zip(requests, paths)]
 
 
+def check_vocabulary(backend: Any, requests: list[Request], named: Callable[[Request], str]) -> None:
+    """Before any forward pass: one line when a token id fed or asked for is beyond the
+    backend's ``vocab_size`` (the model would fail with an index error, or read garbage)."""
+    size = getattr(backend, "vocab_size", None)
+    if not isinstance(size, int) or size <= 0:
+        return
+    for request in requests:
+        largest = max((max(tokens) for tokens in request.reads.values() if tokens), default=-1)
+        largest = max(largest, int(request.ids.max()) if len(request.ids) else -1)
+        if largest >= size:
+            raise LongctxError(
+                f"item {named(request)} needs token id {largest}, beyond the model's vocabulary of {size} tokens: "
+                "the ids do not come from this model's tokenizer (ids mode feeds the data's stored Qwen3.5 ids; "
+                "score such a model in text mode, --longctx-mode text / --mode text, with its own tokenizer)")
+
+
 def run(
     backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
     top_k: int = 0,
@@ -221,6 +272,13 @@ def run(
     when the backend's ``read`` takes the keyword (else none are asked for)."""
     top_k = top_k if top_k and takes_top_k(backend.read) else 0
     requests, where = collect(plans)
+
+    def named(request: Request) -> str:
+        first = plans[min(request.items)]
+        others = len(request.items) - 1
+        return f"{first.config}/{first.length}/{first.item.id}" + (f" (and {others} other item(s))" if others else "")
+
+    check_vocabulary(backend, requests, named)
     answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
@@ -228,7 +286,7 @@ def run(
     use_tree = reuse_prefixes and callable(getattr(backend, "session", None))
     try:
         if subset:
-            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker, top_k)
+            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker, top_k, named)
         else:
             computed = []
             tracker.start(0)

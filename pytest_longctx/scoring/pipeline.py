@@ -203,7 +203,7 @@ def score_sets(
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     fallback: list[str] = []  # auto mode fell back to text: why, in the meta and on the terminal
-    mode = choose_mode(mode, tokenizer, dataset, fallback)
+    mode = choose_mode(mode, tokenizer, dataset, fallback, missing=getattr(backend, "tokenizer_missing", None))
     if reference is not None:  # refused before the forward passes, not after
         rules_configs = [c for c in dataset.configs if config_kind(c) == "rules"]
         try:

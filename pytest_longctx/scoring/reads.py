@@ -395,16 +395,22 @@ def _problems(tokenizer: Any, dataset: Dataset) -> Iterator[str]:
             yield f"{dataset.files.get((config, length), f'{config}/{length}')}, item {item.id}, {problem}"
 
 
-def choose_mode(requested: str, tokenizer: Any, dataset: Dataset, warnings: list[str] | None = None) -> str:
+def choose_mode(requested: str, tokenizer: Any, dataset: Dataset, warnings: list[str] | None = None,
+                missing: str | None = None) -> str:
     """The mode the run uses. ``ids`` needs every item's stored fields to check out (the
     texts tokenize to the stored ids, positions point at the targets): with ``--mode ids``
     the first item that does not is an error; with ``auto`` the run falls back to ``text``
     and says so in ``warnings``. ``auto`` with a tokenizer that reproduces none of the
-    stored ids (another vocabulary) is ``text`` without a word: that is what it is for."""
+    stored ids (another vocabulary) is ``text`` without a word: that is what it is for.
+    ``missing``: why the backend has no tokenizer (a model folder without tokenizer files),
+    said when the text mode needs one."""
     if requested not in MODES:
         raise LongctxError(f"--mode {requested}: expected one of {', '.join(MODES)}")
     if requested == "text":
         if tokenizer is None:
+            if missing:
+                raise LongctxError(f"--mode text: {missing}; add them, or use --mode ids (the data's stored Qwen3.5 ids, "
+                                   "for a model of that vocabulary)")
             raise LongctxError("--mode text needs a tokenizer, and the backend has none; use --mode ids")
         return "text"
     if requested == "auto" and tokenizer is not None and not reproduces_stored_ids(tokenizer, dataset):
@@ -415,7 +421,8 @@ def choose_mode(requested: str, tokenizer: Any, dataset: Dataset, warnings: list
         return "ids"
     if requested == "ids" or tokenizer is None:
         fix = ("use --mode text (or auto)" if tokenizer is not None else
-               "this backend has no tokenizer, so the text mode cannot replace them: fix the data (longctx validate DIR)")
+               f"{missing or 'this backend has no tokenizer'}, so the text mode cannot replace them: fix the data "
+               "(longctx validate DIR)")
         raise LongctxError(f"--mode {requested}: {first}; the ids mode feeds the stored Qwen3.5 ids as they are: {fix}")
     more = sum(1 for _ in problems)
     others = f" (and {more} more item{'s' if more > 1 else ''})" if more else ""

@@ -9,7 +9,7 @@ content-token savings and structural changes show what that earns). ``rank_metho
 perplexity alone. Knobs: ``rate``, ``model``, ``rank_method``, ``iterative_size``,
 ``device``.
 
-Offline, three things differ from LLMLingua's own defaults:
+Four things differ from LLMLingua's own defaults:
 
 * ``model``: LLMLingua loads a causal language model with transformers; its default
   (NousResearch/Llama-2-7b-hf) comes from the hub. A model alias (``smollm2-135m``) or a
@@ -17,6 +17,8 @@ Offline, three things differ from LLMLingua's own defaults:
 * tiktoken: LLMLingua fetches tiktoken's gpt-3.5-turbo encoding when it is built, only to
   report token counts; here it is given the gate's tokenizer instead, so nothing is
   fetched and its counts are in the gate's tokens.
+* ``trust_remote_code``: LLMLingua runs a model's own Python code (``auto_map`` in its
+  config) unless told not to; here it is told not to, and such a model is refused.
 * ``iterative_size``: with transformers 5 its key/value cache cannot be cut (it expects
   the old tuples), so the default here compresses a session in one window of up to
   100,000 tokens instead of LLMLingua's 200.
@@ -46,7 +48,13 @@ def _load(model: str, device: str) -> Any:
     reference = resolve_model(model)
     try:
         with mock.patch.object(tiktoken, "encoding_for_model", lambda name: None):  # set per call: the gate's encoding
-            return PromptCompressor(model_name=reference, device_map=device, model_config={})
+            # LLMLingua's own default is trust_remote_code=True: a model folder's Python would run unasked
+            return PromptCompressor(model_name=reference, device_map=device, model_config={"trust_remote_code": False})
+    except ValueError as exc:
+        if "trust_remote_code" not in str(exc):
+            raise
+        return RuntimeError(f"model {model!r} needs its own Python code (auto_map in its config), which the llmlingua "
+                            "adapter does not run; give a model that transformers loads without it")
     except OSError as exc:  # transformers' way of saying the model cannot be had
         return RuntimeError(f"model {model!r} cannot be loaded ({str(exc).splitlines()[0]}); offline, give a local "
                             "model folder or a model alias as the knob model, e.g. model='smollm2-135m'")

@@ -1,0 +1,286 @@
+"""Models and backends that cannot give real log-probabilities, and model folders that would
+run their own code: each is one clear line, and nothing untrusted runs (issue 21)."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+
+import pytest
+from conftest import tiny_qwen3
+from itemkit import write_split
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.base import ReadResult
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.cli import main
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.options import OPTIONS, read_options
+from pytest_longctx.scoring import engine
+from pytest_longctx.scoring.reads import plan_reads
+
+pytest.importorskip("transformers")
+
+VOCAB = 100  # far fewer ids than the Qwen3.5 ids the test data stores
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("longctx: error")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def small_folder(tmp_path_factory) -> str:
+    """A tiny model of VOCAB ids, saved without tokenizer files."""
+    folder = tmp_path_factory.mktemp("small")
+    tiny_qwen3(VOCAB).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def custom_code(small_folder, tmp_path_factory):
+    """(folder, marker): a model folder whose config names its own Python code (auto_map),
+    which writes ``marker`` when it is imported."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("custom") / "custom_model"
+    shutil.copytree(small_folder, folder)
+    marker = folder.parent / "RAN"
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="custom_qwen3", auto_map={"AutoConfig": "modeling_custom.CustomConfig",
+                                                       "AutoModelForCausalLM": "modeling_custom.CustomModel"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_custom.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "from transformers import Qwen3Config, Qwen3ForCausalLM\n"
+        "class CustomConfig(Qwen3Config):\n    model_type = 'custom_qwen3'\n"
+        "class CustomModel(Qwen3ForCausalLM):\n    config_class = CustomConfig\n")
+    return str(folder), marker
+
+
+# --------------------------------------------------------------- 1. untrusted code
+
+
+def test_a_model_with_its_own_code_is_refused_and_nothing_is_asked_or_run(custom_code, data_dir, monkeypatch, capsys):
+    folder, marker = custom_code
+    stdin = io.StringIO("y\ny\ny\n")  # what `echo y | longctx score` gives
+    monkeypatch.setattr("sys.stdin", stdin)
+    code = main(["score", "--model", folder, "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--quiet"])
+    line = error_line(capsys)
+    assert code == 2 and not marker.exists()
+    assert stdin.tell() == 0, "something read stdin"
+    assert f"--model {folder}: the model needs its own Python code" in line
+    assert "--longctx-trust-remote-code (longctx score: --trust-remote-code)" in line
+
+
+def test_the_plugin_refuses_it_too(custom_code, data_dir, pytester):
+    folder, marker = custom_code
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", f"--longctx-model={folder}", f"--longctx-data={data_dir}", "--longctx-sets=facts",
+        "--longctx-lengths=2k", "--longctx-limit=1", "--longctx-update-baseline",
+        f"--longctx-baseline={pytester.path / 'b.json.gz'}")
+    assert not marker.exists()
+    assert "the model needs its own Python code" in result.stdout.str() and "--longctx-trust-remote-code" in result.stdout.str()
+
+
+def test_trust_remote_code_reaches_transformers_only_when_asked(small_folder, monkeypatch):
+    """The option is passed down as asked, and every load says it explicitly (so nothing prompts)."""
+    import transformers
+
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append(kwargs.get("trust_remote_code", "not given"))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", record)
+    for trust in (False, True):
+        with pytest.raises(LongctxError):
+            load_backend(small_folder, "hf", trust_remote_code=trust)
+    assert seen == [False, True]
+
+
+def made(model, dtype, device):
+    return LogitsBackend()
+
+
+def test_the_options_carry_it_and_a_factory_that_cannot_take_it_says_so():
+    defaults = {option.dest: None for option in OPTIONS}
+    options = read_options(lambda dest: True if dest == "longctx_trust_remote_code" else defaults[dest], lambda _: None, "-")
+    assert options.trust_remote_code is True
+    assert read_options(defaults.get, lambda _: None, "-").trust_remote_code is False
+    with pytest.raises(LongctxError, match="runs no model code of its own, so --trust-remote-code does not apply"):
+        load_backend("x", f"{__name__}:made", trust_remote_code=True)
+
+
+def test_the_llmlingua_adapter_does_not_run_a_models_code(custom_code):
+    pytest.importorskip("llmlingua")
+    from pytest_longctx.compress.adapters import llmlingua
+
+    folder, marker = custom_code
+    found = llmlingua._load(folder, "cpu")  # LLMLingua's own default would run it unasked
+    assert isinstance(found, RuntimeError) and "needs its own Python code" in str(found)
+    assert not marker.exists()
+
+
+# --------------------------------------------------------------- 2. log-probabilities above 0
+
+
+class LogitsBackend:
+    """Returns raw logits (+5.0) where log-probabilities belong."""
+
+    tokenizer = None
+
+    def read(self, ids, positions, tokens):
+        return ReadResult([0] * len(positions), [[5.0] * len(t) for t in tokens])
+
+
+class TopLogitsBackend:
+    """Real log-probabilities for the tokens asked for, logits among its top-k."""
+
+    tokenizer = None
+
+    def read(self, ids, positions, tokens, top_k=0):
+        top = [([0, 1], [3.0, 2.0]) for _ in positions] if top_k else None
+        return ReadResult([0] * len(positions), [[-1.0] * len(t) for t in tokens], top)
+
+
+class Session:
+    def __init__(self, values):
+        self.values = values
+
+    def advance(self, ids, positions, tokens, top_k=0):
+        return ReadResult([0] * len(positions), [[self.values] * len(t) for t in tokens])
+
+    def snapshot(self):
+        return None
+
+    def restore(self, snapshot, last=False):
+        pass
+
+
+class SessionBackend:
+    """Read through sessions (the prefix tree), answering ``values`` everywhere."""
+
+    tokenizer = None
+
+    def __init__(self, values):
+        self.values = values
+
+    def read(self, ids, positions, tokens):
+        return self.session().advance(ids, positions, tokens)
+
+    def session(self):
+        return Session(self.values)
+
+
+@pytest.fixture(scope="module")
+def facts_plans(data_dir):
+    return plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"]), "ids")
+
+
+@pytest.mark.parametrize("backend, where", [
+    (LogitsBackend(), "LogitsBackend: read()"),
+    (SessionBackend(5.0), "SessionBackend: session().advance()"),
+    (TopLogitsBackend(), "TopLogitsBackend: read()"),
+])
+def test_log_probabilities_above_zero_are_refused(backend, where, facts_plans):
+    with pytest.raises(LongctxError) as exc:
+        engine.run(backend, facts_plans, top_k=2)
+    message = str(exc.value)
+    assert "\n" not in message and f"backend {where} returned" in message
+    assert "item facts/2k/f0" in message and "at read position" in message
+    assert "log-probabilities must be <= 0" in message and "logits" in message
+    if isinstance(backend, TopLogitsBackend):
+        assert "returned 3 as the log-probability of token 0" in message and "top-k" in message
+
+
+def test_zero_a_hair_above_it_and_nan_pass(facts_plans):
+    """Rounding a hair above 0 is no error; NaN is left to the candidate's checks, as before."""
+    for value in (0.0, 5e-5, math.nan, -math.inf):
+        scores = engine.run(SessionBackend(value), facts_plans)
+        first = scores[0][0][0].logprob
+        assert first == value or (math.isnan(value) and math.isnan(first))
+
+
+def test_the_cli_says_it_in_one_line(data_dir, capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code = main(["score", "--model", "x", "--backend", f"{__name__}:made", "--data", str(data_dir), "--sets", "facts",
+                 "--lengths", "2k", "--quiet", "--out", str(out)])
+    assert code == 2 and "log-probabilities must be <= 0" in error_line(capsys) and not out.exists()
+
+
+# --------------------------------------------------------------- 3. vocabulary
+
+
+class Counting(TransformersBackend):
+    calls = 0
+
+    def session(self):
+        Counting.calls += 1
+        return super().session()
+
+
+def test_ids_beyond_the_models_vocabulary_are_one_line_before_any_forward_pass(facts_plans):
+    backend = Counting(tiny_qwen3(VOCAB))
+    with pytest.raises(LongctxError) as exc:
+        engine.run(backend, facts_plans)
+    assert backend.vocab_size == VOCAB
+    first = facts_plans[0]  # f0: its one text, fed up to its last read, and the tokens read there
+    last = max(read.pos for target in first.every for read in target.reads)
+    largest = int(first.sequences[0][: last + 1].max())
+    message = str(exc.value)
+    assert message.startswith(f"item facts/2k/f0 needs token id {largest}, beyond the model's vocabulary of {VOCAB} tokens")
+    assert "text mode" in message and Counting.calls == 0
+
+
+# --------------------------------------------------------------- 4. dtype
+
+
+def test_a_dtype_the_backend_cannot_load_is_not_blamed_on_the_weights(small_folder, data_dir, capsys):
+    code = main(["score", "--model", small_folder, "--dtype", "int8", "--data", str(data_dir), "--sets", "facts",
+                 "--lengths", "2k", "--quiet"])
+    line = error_line(capsys)
+    assert code == 2 and "damaged" not in line
+    assert "--dtype int8: the transformers backend loads weights as one of auto, float32, bfloat16, float16" in line
+
+
+# --------------------------------------------------------------- 5. no tokenizer files
+
+
+def test_a_folder_without_tokenizer_files_is_one_line_not_an_empty_baseline(small_folder, data_dir, tmp_path, capsys):
+    saved = tmp_path / "b.json.gz"
+    args = ["--model", small_folder, "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--quiet",
+            "--save-scores", str(saved)]
+    assert main(["score", "--mode", "text", *args]) == 2
+    line = error_line(capsys)
+    assert f"--mode text: {small_folder} has no tokenizer files (tokenizer.json / tokenizer_config.json" in line
+    assert "use --mode ids" in line
+    # auto: without a tokenizer it is the ids mode, which this vocabulary cannot take
+    assert main(["score", *args]) == 2
+    assert f"beyond the model's vocabulary of {VOCAB} tokens" in error_line(capsys)
+    assert not saved.exists()
+
+
+# --------------------------------------------------------------- 6. spans that do not hold their text
+
+
+@pytest.mark.parametrize("config, change, field", [
+    ("facts", lambda item: item["targets"][1].update(answer=" 00000."), "targets[1], field 'answer_char'"),
+    ("facts", lambda item: item["targets"][0].update(fact_char=[item["targets"][0]["fact_char"][0] + 1,
+                                                                item["targets"][0]["fact_char"][1] + 1]),
+     "targets[0], field 'fact_char'"),
+])
+def test_a_span_that_does_not_hold_its_text_is_refused_on_load(rows, tmp_path, config, change, field):
+    items = copy.deepcopy(rows[(config, "2k")])
+    change(items[1])
+    path = write_split(tmp_path, config, "2k", items)
+    with pytest.raises(LongctxError) as exc:
+        load_dataset(tmp_path)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}, row 1 (id {items[1]['id']}), {field}: span [")
+    assert "fix the span or the" in message
