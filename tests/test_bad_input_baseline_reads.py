@@ -214,6 +214,21 @@ def test_a_version_1_file_without_drift_blocks_still_loads(body, tmp_path):
     assert not load_scores(written(tmp_path, old), "baseline").has_drift
 
 
+def test_ids_beyond_the_model_vocabulary_are_one_line_naming_the_item(body, backend, qwen_tokenizer, data_dir, tmp_path):
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.scoring.pipeline import score_sets
+
+    damaged = copy.deepcopy(body)
+    _ids(damaged["scores"]["facts"]["2k"]["f1"]["drift"], lambda r, j, i: len(qwen_tokenizer) + 7 if (r, j) == (0, 1) else i)
+    reference = load_scores(written(tmp_path, damaged), "baseline")  # no vocabulary is known when reading
+    with pytest.raises(LongctxError) as raised:
+        score_sets(backend, qwen_tokenizer, load_dataset(str(data_dir)), reference=reference, progress=False)
+    message = one_line(raised)
+    assert message.endswith(f"facts/2k/f1: its drift block's 'ids' hold token id {len(qwen_tokenizer) + 7}, beyond this model's "
+                            f"vocabulary of {len(qwen_tokenizer)} tokens: it was made with a model of another vocabulary, or is "
+                            "damaged; recreate it from this model's original"), message
+
+
 # ------------------------------------------------------------------ 4: wrong JSON types
 
 
