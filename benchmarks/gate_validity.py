@@ -47,7 +47,6 @@ from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
-from pytest_longctx.reports.text import failing_rows
 from pytest_longctx.scoring.scores_file import load_scores
 from variants import VARIANTS, build  # noqa: E402
 
@@ -99,7 +98,8 @@ def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
             cells["far / near / control KL"].append(" / ".join(number(getattr(found, g).kl, 4) for g in ("far", "near", "control")))
             interval = f" [{found.interval[0]:.2f}, {found.interval[1]:.2f}]" if found.interval else ""
             cells["far excess [interval]"].append(f"{number(found.difference, 4)}{interval} vs {found.against}")
-            cells["damage (failing rows)"].append((found.kind or "n/a") if name in failing_rows(comparison.evaluation) else "-")
+            failing = name in comparison.evaluation.failing_rows()
+            cells["damage (failing rows)"].append((comparison.evaluation.damage_kind(name) or "n/a") if failing else "-")
         lines += [[f"*{short}: {label}*", *values] for label, values in cells.items()]
     return lines
 

@@ -6,6 +6,7 @@ import sys
 
 from pytest_longctx.cli import build, compare, compress_bench, score
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.reports.format import visible
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except LongctxError as exc:
-        print(f"longctx: error: {exc}", file=sys.stderr)
+        print(f"longctx: error: {visible(str(exc))}", file=sys.stderr)  # one line, whatever an id in it holds
         return 2
     except KeyboardInterrupt:
         print("longctx: interrupted", file=sys.stderr)

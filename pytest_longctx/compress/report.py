@@ -1,5 +1,7 @@
 """The compressor gate's reports, in the model gate's forms: the terminal table (the
-full context in the baseline's column), junit suite properties and the results JSON."""
+full context in the baseline's column), junit suite properties and the results JSON; text from
+data or options (session ids, errors, the compressor's name) with its control characters
+written out, as in the model gate's reports."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +9,7 @@ from typing import Any
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
 from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
-from pytest_longctx.reports.format import table, write_json
+from pytest_longctx.reports.format import table, visible, write_json
 
 HEADERS = ["row", "full context", "compressed", "delta", "threshold", "verdict"]
 
@@ -38,23 +40,24 @@ def header(run: CompressorRun) -> str:
 
 
 def summary_lines(run: CompressorRun, evaluation: CompressionEvaluation, notes: list[str]) -> list[str]:
-    lines = [header(run)]
+    lines = [visible(header(run))]
     if evaluation.rows:
         lines.append(gate_table(evaluation))
         lines.append(structure_line(compression_summary(list(run.outcomes.values()))))
     errors = [o["error"] for o in run.outcomes.values() if o["error"]]
     if errors:
         lines.append(f"{len(errors)} item(s) could not be compressed (counted as keeping no fact):")
-        lines.extend(f"  {error}" for error in errors[:5])
+        lines.extend(visible(f"  {error}") for error in errors[:5])
         lines.extend([f"  and {len(errors) - 5} more"] if len(errors) > 5 else [])
-    lines.extend(f"longctx: warning: {w}" for w in run.warnings)
-    lines.extend(notes)
+    lines.extend(visible(f"longctx: warning: {w}") for w in run.warnings)
+    lines.extend(visible(note) for note in notes)
     return lines
 
 
 def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> list[tuple[str, str]]:
-    properties = [("longctx.compressor", run.compressor.label), ("longctx.tokenizer", str(run.meta.get("tokenizer", ""))),
-                  ("longctx.model", str(run.options.model or ""))]
+    properties = [("longctx.compressor", visible(run.compressor.label)),
+                  ("longctx.tokenizer", visible(str(run.meta.get("tokenizer", "")))),
+                  ("longctx.model", visible(str(run.options.model or "")))]
     for row in evaluation.rows:
         verdict = evaluation.verdict(row.key)
         properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),

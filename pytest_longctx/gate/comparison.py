@@ -64,7 +64,7 @@ class Comparison:
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
             "counts": {"items": len(self.items), "failing_items": len(self.failing_items), "targets": len(self.targets)},
-            "drift": {name: {**asdict(found), "kind": found.kind} for name, found in evaluation.drift.items()},
+            "drift": {name: {**asdict(found), "kind": evaluation.damage_kind(name)} for name, found in evaluation.drift.items()},
         }
 
 

@@ -312,6 +312,16 @@ class Evaluation:
         """Checks the selection is too small to gate (``too_small``), rows first."""
         return [w for w in (too_small(v) for v in self.verdicts) if w]
 
+    def failing_rows(self) -> set[str]:
+        """The rows with a failing check (the row's own, or its drift check)."""
+        return {row_of(v.label) for v in self.verdicts if v.applicable and not v.passed}
+
+    def damage_kind(self, name: str) -> str | None:
+        """The damage kind every report names for a row: a failing row's, None for a passing
+        row (docs/metrics.md#far-specific-drift-and-damage-kinds) or one without far reads."""
+        found = self.drift.get(name)
+        return (found.kind or None) if found is not None and name in self.failing_rows() else None
+
 
 def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
     """Rows of both sides and the verdict of every row and rules cell."""

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from pytest_longctx.plugin.fixtures import ensure_or_fail, recorder
+from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
@@ -24,7 +22,7 @@ def test_retention(longctx_case: Any, longctx_run: Any, request: Any) -> None:
     for name, value in properties.items():
         record_property(f"longctx.{name}", value)
     if problems:
-        pytest.fail(f"{case.key}: " + "; ".join(problems), pytrace=False)
+        fail(f"{case.key}: " + "; ".join(problems))
 
 
 def test_threshold(longctx_case: Any, longctx_run: Any, request: Any) -> None:
@@ -36,6 +34,6 @@ def test_threshold(longctx_case: Any, longctx_run: Any, request: Any) -> None:
     record_property(f"longctx.full_{verdict.metric}", verdict.baseline)
     record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not verdict.applicable:
-        pytest.skip(f"{longctx_case.key}: no value (no item scored), nothing to check")
+        skip(f"{longctx_case.key}: no value (no item scored), nothing to check")
     if not verdict.passed:
-        pytest.fail(verdict.message(), pytrace=False)
+        fail(verdict.message())

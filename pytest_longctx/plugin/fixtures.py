@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -14,6 +14,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.session import GateSession
 from pytest_longctx.plugin.hooks import running
 from pytest_longctx.progress import Progress
+from pytest_longctx.reports.format import visible
 
 
 def env_worker() -> str | None:
@@ -56,7 +57,7 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         failure = str(exc)
     else:
         return backend
-    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
+    fail(failure)  # outside the except: the message once, not chained to itself
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +85,7 @@ def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_prog
         failure = str(exc)
     else:
         return longctx_run.evaluate()
-    pytest.fail(failure, pytrace=False)
+    fail(failure)
 
 
 def ensure_or_fail(session: GateSession, units: list[str], backend: Any, progress: Any) -> None:
@@ -95,7 +96,17 @@ def ensure_or_fail(session: GateSession, units: list[str], backend: Any, progres
         failure = str(exc)
     else:
         return
-    pytest.fail(failure, pytrace=False)  # outside the except: the message once, not chained to itself
+    fail(failure)  # outside the except: the message once, not chained to itself
+
+
+def fail(*messages: str) -> NoReturn:
+    """Fail the test with one line per message, control characters written out: an id from
+    the data is shown on the terminal and in the junit file, never acted on."""
+    pytest.fail("\n".join(visible(m) for m in messages), pytrace=False)
+
+
+def skip(message: str) -> NoReturn:
+    pytest.skip(visible(message))
 
 
 def recorder(request: pytest.FixtureRequest) -> Any:

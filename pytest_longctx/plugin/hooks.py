@@ -18,6 +18,7 @@ from pytest_longctx.backends.registry import load
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.options import GateOptions, add_options, read_options
 from pytest_longctx.gate.session import Case, GateSession
+from pytest_longctx.reports.format import visible
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         options = read_options(config.getoption, config.getini, config.inipath)
         config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
     except LongctxError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(visible(str(exc))) from None
     config.stash[WATCH] = Watch()
     config.pluginmanager.register(config.stash[WATCH], "longctx-watch")
     # pytest-xdist: keep each unit's tests (and so its scoring) on one worker; the mark is

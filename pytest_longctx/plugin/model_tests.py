@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from pytest_longctx.data.records import config_kind
-from pytest_longctx.plugin.fixtures import ensure_or_fail, recorder
+from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_baseline": "baseline", "test_item": "item", "test_cell": "cell", "test_row": "row"}
 
 
 def test_baseline(longctx_case: Any, longctx_run: Any) -> None:
-    pytest.fail(longctx_run.missing_baseline, pytrace=False)
+    fail(longctx_run.missing_baseline)
 
 
 def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
@@ -27,7 +25,7 @@ def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx
     for name, value in properties.items():
         record_property(f"longctx.{name}", value)
     if problems:
-        pytest.fail(f"{case.key}: " + "; ".join(problems), pytrace=False)
+        fail(f"{case.key}: " + "; ".join(problems))
 
 
 def test_cell(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
@@ -49,7 +47,7 @@ def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: An
     if not any(v.applicable for v in verdicts):
         reason = (f"no counted target (|eff_ref| >= {run.thresholds.min_effect:g} nat)" if config_kind(case.config) == "rules"
                   else "no scored item")
-        pytest.skip(f"{case.key}: {reason}, nothing to check")
+        skip(f"{case.key}: {reason}, nothing to check")
     failed = [v for v in verdicts if not v.passed]
     if failed:
-        pytest.fail("\n".join(v.message() for v in failed), pytrace=False)
+        fail(*(v.message() for v in failed))

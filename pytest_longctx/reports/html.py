@@ -1,9 +1,9 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no script, nothing
 fetched) with the headline table, accuracy by distance, rule effects against the
-reference's, every cell, and a drill-down of the items that lost the most."""
+reference's, every cell, and a drill-down of the items that lost the most. Every text is
+shown literally (``format.html_text``), in elements and attributes alike."""
 from __future__ import annotations
 
-from html import escape
 from typing import Sequence
 
 from pytest_longctx.data.records import config_kind
@@ -13,10 +13,12 @@ from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.verdicts import FAIL, PASS
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports import plots, tables
+from pytest_longctx.reports.format import html_text as escape
 
 DRILL_ITEMS = 25
 VERDICT_CLASS = {PASS: "pass", FAIL: "fail", NA: "na"}
 TEXT_COLUMNS = {"metric", "kind"}  # left-aligned besides the first
+NL = "\n"  # the one control character a <pre> keeps
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d2329; }
@@ -102,7 +104,7 @@ def _effects(comparison: Comparison) -> str:
                 points.append((entry["placement"], entry["family"], target.baseline, target.model))
         if plots.available():
             parts.append(f"<h3>{escape(config)}</h3>" + _figure(
-                f"effects-plot-{config}", plots.effects_plot(points),
+                f"effects-plot-{escape(config)}", plots.effects_plot(points),
                 "Each counted target's rule effect; solid line: as the baseline, dashed: half of it "
                 "(below it the rule counts as not followed)."))
         elif not parts:
@@ -118,7 +120,7 @@ def _snippet(target: TargetLoss) -> str:
         return ""
     s = target.snippet
     return (f'<p class="note">{escape(s.far)}</p>'
-            f"<pre>{escape(s.before)}<mark>{escape(s.target)}</mark>{escape(s.after)}</pre>")
+            f"<pre>{escape(s.before, keep=NL)}<mark>{escape(s.target, keep=NL)}</mark>{escape(s.after, keep=NL)}</pre>")
 
 
 def _drill_down(comparison: Comparison) -> str:

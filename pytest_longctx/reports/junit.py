@@ -1,17 +1,19 @@
-"""The gate's results in the junit XML: ``<properties>`` of the test suite."""
+"""The gate's results in the junit XML: ``<properties>`` of the test suite, control
+characters written out as in the terminal (XML 1.0 forbids most of them)."""
 from __future__ import annotations
 
 from typing import Any
 
 from pytest_longctx.numbers import number
+from pytest_longctx.reports.format import visible
 
 
 def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
     """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
-    properties = [("longctx.model", str(run.options.model)),
-                  ("longctx.baseline", str(run.baseline_path) if run.baseline_path else ""),
+    properties = [("longctx.model", visible(str(run.options.model))),
+                  ("longctx.baseline", visible(str(run.baseline_path)) if run.baseline_path else ""),
                   ("longctx.mode", run.scores.mode)]
-    properties += [(f"longctx.threshold.{name}", value) for name, value in run.thresholds.describe().items()]
+    properties += [(f"longctx.threshold.{name}", visible(value)) for name, value in run.thresholds.describe().items()]
     for verdict in evaluation.verdicts:
         if verdict.label in evaluation.rows:
             properties += [(f"longctx.row.{verdict.label}", number(verdict.model, 6)),
@@ -34,7 +36,7 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
         properties += [(f"longctx.drift_far_same_top1.{name}", number(found.far.same_top1, 6)),
                        (f"longctx.drift_far_dlogp.{name}", number(found.far.dlogp, 6)),
                        (f"longctx.drift_excess.{name}", number(found.difference, 6)),
-                       (f"longctx.damage.{name}", found.kind)]
+                       (f"longctx.damage.{name}", evaluation.damage_kind(name) or "")]
         if found.interval is not None:
             properties += [(f"longctx.drift_excess_low.{name}", number(found.interval[0], 6)),
                            (f"longctx.drift_excess_high.{name}", number(found.interval[1], 6))]

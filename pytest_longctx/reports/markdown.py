@@ -1,15 +1,14 @@
-"""The comparison in GitHub-flavoured markdown: the CI step summary and the full report."""
+"""The comparison in GitHub-flavoured markdown: the CI step summary and the full report.
+Every text is shown literally (``format.markdown_text``): an id or an answer makes no link,
+HTML tag or table cell."""
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.reports import tables
-
-
-def cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+from pytest_longctx.reports.format import backticks, markdown_code, visible
+from pytest_longctx.reports.format import markdown_text as cell
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -20,16 +19,18 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def fenced(text: str) -> str:
     """A code block whose fence is longer than any run of backticks in ``text``."""
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    text = visible(text, keep="\n")
+    fence = backticks(text, 3)
     return f"{fence}text\n{text}\n{fence}"
 
 
 def _heading(comparison: Comparison) -> list[str]:
     verdict = comparison.verdict
-    lines = [f"## longctx: {verdict}", "", f"`{comparison.model}` against {comparison.baseline}, mode {comparison.mode}"]
-    lines += [f"> **error**: {error}" for error in comparison.errors]
-    lines += [f"> note: {note}" for note in comparison.notes]
-    lines += [f"> warning: {warning}" for warning in comparison.evaluation.warnings]
+    lines = [f"## longctx: {verdict}", "",
+             f"{markdown_code(comparison.model)} against {cell(comparison.baseline)}, mode {cell(comparison.mode)}"]
+    lines += [f"> **error**: {cell(error)}" for error in comparison.errors]
+    lines += [f"> note: {cell(note)}" for note in comparison.notes]
+    lines += [f"> warning: {cell(warning)}" for warning in comparison.evaluation.warnings]
     return lines
 
 
@@ -39,12 +40,12 @@ def _failing(comparison: Comparison) -> list[str]:
     over = comparison.failing_items
     if over:
         lines += ["", f"{len(over)} item(s) lost more than allowed: "
-                  + ", ".join(f"`{i.key}` ({i.loss:.3f} nats)" for i in tables.top(over, 10) if i.loss is not None)]
+                  + ", ".join(f"{markdown_code(i.key)} ({i.loss:.3f} nats)" for i in tables.top(over, 10) if i.loss is not None)]
     return lines
 
 
 def _section(section: tables.Section) -> list[str]:
-    return ["", f"### {section.title}", "", md_table(section.headers, section.rows)] if section.rows else []
+    return ["", f"### {cell(section.title)}", "", md_table(section.headers, section.rows)] if section.rows else []
 
 
 def _drift(comparison: Comparison) -> list[str]:

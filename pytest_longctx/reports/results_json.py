@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from pytest_longctx.gate.verdicts import row_of
+
 
 def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
     """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
@@ -18,8 +20,8 @@ def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
                       "threshold": v.threshold, "verdict": v.word, "interval": v.interval, "items": v.items, "mdd": v.mdd,
                       "lost": v.lost, "gained": v.gained, "p": v.p, "alpha": v.alpha, "bound": v.bound,
-                      "damage": v.damage.kind if v.damage is not None else None}
+                      "damage": evaluation.damage_kind(row_of(v.label)) if v.damage is not None else None}
                      for v in evaluation.verdicts],
-        "drift": {name: {**asdict(found), "kind": found.kind} for name, found in evaluation.drift.items()},
+        "drift": {name: {**asdict(found), "kind": evaluation.damage_kind(name)} for name, found in evaluation.drift.items()},
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
     }

@@ -11,7 +11,7 @@ from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
 from pytest_longctx.metrics.drift import pooled
 from pytest_longctx.numbers import NA, delta, number
-from pytest_longctx.reports.format import table
+from pytest_longctx.reports.format import table, visible
 from pytest_longctx.reports.text import DRIFT_HEADERS, GATE_HEADERS, TERMINAL_HEADERS, damage_lines, drift_rows, gate_rows, interval_text
 
 MARK = ("⟦", "⟧")  # around the target in its text
@@ -162,23 +162,25 @@ def _plain(section: Section) -> list[str]:
 
 
 def text_report(comparison: Comparison, count: int = 10) -> str:
+    """What ``longctx compare`` prints: control characters written out (tables: ``format.table``),
+    the lines of a target's text kept."""
     verdict = comparison.verdict
-    out = [f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}"]
-    out += [f"error: {error}" for error in comparison.errors]
-    out += [f"note: {note}" for note in comparison.notes]
-    out += [f"warning: {warning}" for warning in comparison.evaluation.warnings]
-    out += _plain(headline(comparison, columns=True)) + _plain(drift(comparison)) + [f"  {line}" for line in damage(comparison)]
+    out = [visible(f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}")]
+    out += [visible(f"error: {error}") for error in comparison.errors]
+    out += [visible(f"note: {note}") for note in comparison.notes]
+    out += [visible(f"warning: {warning}") for warning in comparison.evaluation.warnings]
+    out += _plain(headline(comparison, columns=True)) + _plain(drift(comparison)) + [f"  {visible(line)}" for line in damage(comparison)]
     for section in (rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
         out += _plain(section)
     failing = failing_lines(comparison)
     if failing:
-        out += ["", "Failing cells", *(f"  {line}" for line in failing)]
+        out += ["", "Failing cells", *(f"  {visible(line)}" for line in failing)]
     shown = top(comparison.targets, count)
     if shown:
         out += ["", f"Targets that lost the most ({len(shown)} of {len(comparison.targets)})"]
         for target in shown:
-            out.append(target_head(target))
+            out.append(visible(target_head(target)))
             if target.snippet is not None:
-                out.append(f"    {target.snippet.far}")
-                out += [f"    {line}" for line in marked(target).splitlines()]
+                out.append(f"    {visible(target.snippet.far)}")
+                out += [f"    {visible(line)}" for line in marked(target).splitlines()]
     return "\n".join(out) + "\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.gate.verdicts import DRIFT_LABEL, row_of
+from pytest_longctx.gate.verdicts import DRIFT_LABEL
 from pytest_longctx.numbers import NA, delta, number
-from pytest_longctx.reports.format import table
+from pytest_longctx.reports.format import table, visible
 
 
 def rows_table(rows: dict[str, float | None]) -> str:
@@ -63,15 +63,10 @@ def drift_check(evaluation: Any, name: str) -> Any:
     return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}{DRIFT_LABEL}"), None)
 
 
-def failing_rows(evaluation: Any) -> set[str]:
-    """The rows with a failing check (the row's own, or its drift check)."""
-    return {row_of(v.label) for v in evaluation.verdicts if v.applicable and not v.passed}
-
-
 def drift_rows(evaluation: Any) -> list[list[str]]:
     """One line per row with drift figures: KL_K by group, the far excess with its interval,
     the same top-1 rate and Δ log p at far reads, the check, and the damage kind of a failing row."""
-    failing = failing_rows(evaluation)
+    failing = evaluation.failing_rows()
     lines = []
     for name, found in evaluation.drift.items():
         check = drift_check(evaluation, name)
@@ -80,34 +75,32 @@ def drift_rows(evaluation: Any) -> list[list[str]]:
         lines.append([name, number(found.far.kl), number(found.near.kl), number(found.control.kl), excess,
                       number(found.far.same_top1), number(found.far.dlogp),
                       check.needs if check else "-", check.word if check else "-",
-                      (found.kind or NA) if name in failing else "-"])
+                      (evaluation.damage_kind(name) or NA) if name in failing else "-"])
     return lines
 
 
 def damage_lines(evaluation: Any) -> list[str]:
     """What kind of damage each failing row shows, with the figures it rests on."""
-    failing = failing_rows(evaluation)
-    return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if name in failing and found.kind]
+    return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if evaluation.damage_kind(name)]
 
 
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     options = run.options
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
-    lines = [f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored"]
+    lines = [visible(f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if evaluation.rows:
         lines.append(gate_table(evaluation))
     if evaluation.drift:
         lines.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
         lines.append(table(DRIFT_HEADERS, drift_rows(evaluation)))
-        lines.extend(damage_lines(evaluation))
+        lines.extend(visible(line) for line in damage_lines(evaluation))
     failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
                and v.metric != "kl"]
     if failing:
         lines.append("failing cells:")
-        lines.extend(f"  {v.key}: {v.message()}" for v in failing)
-    lines.extend(f"longctx: warning: {w}" for w in run.warnings)
-    lines.extend(f"longctx: warning: {w}" for w in evaluation.warnings)
-    lines.extend(notes)
+        lines.extend(visible(f"  {v.key}: {v.message()}") for v in failing)
+    lines.extend(visible(f"longctx: warning: {w}") for w in [*run.warnings, *evaluation.warnings])
+    lines.extend(visible(note) for note in notes)
     return lines
 
