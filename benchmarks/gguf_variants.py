@@ -12,16 +12,35 @@ writes, once each (files are never committed: ``variants/`` is ignored by git):
 * ``smollm2-135m-Q8_0.gguf``, ``-Q4_K_M``, ``-Q3_K_M``, ``-Q2_K``: the F32 file quantized by
   llama.cpp's quantizer, ``llama_model_quantize`` (what the ``llama-quantize`` tool runs),
   with its default choices per tensor for each file type and no importance matrix.
+
+A file type names llama.cpp's target, not what every tensor gets: a K-quant packs rows in
+blocks of 256, and SmolLM2's width (576) is not a multiple of 256, so the quantizer falls
+back to an older type (Q4_0, Q5_0, Q5_1, Q8_0) for every tensor whose rows are 576 wide.
+After each file the script prints what it holds, each ggml type's share of the file's
+parameters (read with the ``gguf`` package's ``GGUFReader``), and writes that line beside it
+(``<file>.holds.txt``). Measured so (llama-cpp-python 0.3.36):
+
+    F32                       F32 100 %
+    Q8_0                      Q8_0 100 %
+    Q4_K_M                    Q5_0 58 %, Q8_0 22 %, Q4_K 11 %, Q6_K 9 %
+    Q3_K_M                    Q4_0 49 %, Q8_0 21 %, Q4_K 19 %, Q5_0 10 %, Q5_K 1 %, Q5_1 0.16 %
+    Q2_K                      Q4_0 59 %, Q8_0 21 %, Q3_K 20 %
+    Q4_1 (the packaged file)  Q4_1 79 %, Q8_0 21 %
+
+(and F32 0.03 % in each: the norms). Only the feed-forward down projections (1,536 wide)
+take a K-quant: the "Q2_K" file holds no 2-bit tensor.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 # the file types to quantize to, as llama.cpp names them (llama_ftype LLAMA_FTYPE_MOSTLY_<name>)
 QUANTS = ("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K")
 STEM = "smollm2-135m"
+PACKAGED = "Q4_1"  # the packaged file's type
 
 
 def full_precision(source: Path, target: Path) -> None:
@@ -53,6 +72,30 @@ def full_precision(source: Path, target: Path) -> None:
     partial.rename(target)
 
 
+def composition(path: Path) -> dict[str, float]:
+    """ggml type -> its share of the file's parameters (tensor elements), largest first."""
+    from gguf import GGUFReader
+
+    counts: dict[str, int] = {}
+    for tensor in GGUFReader(path).tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    total = sum(counts.values())
+    return {name: count / total for name, count in sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))}
+
+
+def holds(path: Path) -> str:
+    """What ``path`` holds, as one line: each ggml type and its share of the parameters."""
+    return ", ".join(f"{name} {share:.0%}" if share >= 0.005 else f"{name} {share:.2%}"
+                     for name, share in composition(path).items()).replace("%", " %")
+
+
+def noted(path: Path) -> str:
+    """``holds(path)``, also written beside the file (``<file>.holds.txt``)."""
+    line = holds(path)
+    path.with_name(f"{path.name}.holds.txt").write_text(line + "\n")
+    return line
+
+
 def quantize(source: Path, target: Path, file_type: str, threads: int) -> None:
     """``source`` quantized to ``file_type`` by llama.cpp's own quantizer."""
     import llama_cpp
@@ -75,6 +118,7 @@ def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0
     reference = out / f"{STEM}-f32.gguf"
     if not reference.exists():
         full_precision(Path(smollm2_gguf()), reference)
+        print(f"F32: {reference.name} holds {noted(reference)}", file=sys.stderr, flush=True)
     built = {"F32": reference}
     for name in names:
         if name == "F32":
@@ -82,6 +126,7 @@ def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0
         target = out / f"{STEM}-{name}.gguf"
         if not target.exists():
             quantize(reference, target, name, threads or len(os.sched_getaffinity(0)))
+            print(f"{name}: {target.name} holds {noted(target)}", file=sys.stderr, flush=True)
         built[name] = target
     return {name: built[name] for name in names}
 
@@ -91,8 +136,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("variants"))
     parser.add_argument("--only", nargs="*", choices=("F32", *QUANTS), default=["F32", *QUANTS])
     args = parser.parse_args()
-    for name, path in build(args.out, tuple(args.only)).items():
-        print(f"{name}: {path} ({path.stat().st_size / 2**20:.0f} MiB)")
+    from pytest_longctx.backends.aliases import smollm2_gguf
+
+    files = build(args.out, tuple(args.only))
+    files[f"{PACKAGED} (packaged, the F32 file's source)"] = Path(smollm2_gguf())
+    for name, path in files.items():
+        print(f"{name}: {path} ({path.stat().st_size / 2**20:.0f} MiB), holds {noted(path) if path.parent == args.out else holds(path)}")
 
 
 if __name__ == "__main__":
