@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from conftest import tiny_qwen3
+from conftest import needs, tiny_qwen3
 from itemkit import write_split
 
 from pytest_longctx.backends import load_backend
@@ -21,7 +21,7 @@ from pytest_longctx.gate.options import OPTIONS, read_options
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.reads import plan_reads
 
-pytest.importorskip("transformers")
+pytestmark = needs("transformers", install='pip install -e ".[hf]"')
 
 VOCAB = 100  # far fewer ids than the Qwen3.5 ids the test data stores
 
@@ -116,8 +116,8 @@ def test_the_options_carry_it_and_a_factory_that_cannot_take_it_says_so():
         load_backend("x", f"{__name__}:made", trust_remote_code=True)
 
 
+@needs("llmlingua", install='pip install -e ".[llmlingua]"')
 def test_the_llmlingua_adapter_does_not_run_a_models_code(custom_code):
-    pytest.importorskip("llmlingua")
     from pytest_longctx.compress.adapters import llmlingua
 
     folder, marker = custom_code

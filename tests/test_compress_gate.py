@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
+from conftest import needs
 from itemkit import write_split
 
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
@@ -91,8 +92,8 @@ def test_bad_options_are_usage_errors_in_one_line(pytester, sessions_dir):
         assert result.ret == 4 and expected in result.stderr.str()
 
 
+@needs("xdist", install='pip install -e ".[test]"')
 def test_no_torch_and_the_same_verdicts_under_xdist(pytester, sessions_dir):
-    pytest.importorskip("xdist")
     pytester.makeconftest("""
         import sys
         def pytest_sessionfinish(session):

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from conftest import needs
 
-pytest.importorskip("gguf", reason="the gguf package (the llama extra) reads GGUF files")
+pytestmark = needs("gguf", install='pip install -e ".[hf]"')
 
 
 def test_a_gguf_variant_says_what_types_it_holds_by_parameters(tmp_path):

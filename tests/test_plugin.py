@@ -5,7 +5,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import perturbed
+from conftest import needs, perturbed
 
 ROW = "Facts recalled at 2k tokens"
 
@@ -138,8 +138,8 @@ def _summary(text):
     return lines[start + 1:end]
 
 
+@needs("xdist", install='pip install -e ".[test]"')
 def test_xdist_gives_the_same_verdicts_junit_and_summary(pytester, models, data_dir, baseline):
-    pytest.importorskip("xdist")
     runs = {}
     for workers in ("0", "2"):
         junit = pytester.path / f"junit-{workers}.xml"

@@ -7,6 +7,7 @@ import gzip
 import json
 
 import pytest
+from conftest import needs
 from reportkit import score_pair
 
 from pytest_longctx.cli import main
@@ -163,8 +164,8 @@ def test_the_markdown_report_has_a_table_per_section(pair, capsys):
     assert "```text\nfact: " in out and "⟦" in out
 
 
+@needs("matplotlib", install='pip install -e ".[report]"')
 def test_the_html_report_is_one_self_contained_file(pair, capsys, tmp_path):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "report.html"
     code, _, err = compare(capsys, pair.baseline, pair.results, "--format", "html", "--out", out)
     assert code == 1 and f"written to {out}" in err

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import browser
 import pytest
+from conftest import needs
 from reportkit import degraded_model, score_pair
 
 EARLIER = "## an earlier step\n\n"
@@ -134,8 +135,8 @@ def chromium(tmp_path: Path, *args: str) -> str:
     return browser.chromium(tmp_path / "profile", *args)
 
 
+@needs("matplotlib", install='pip install -e ".[report]"')
 def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
-    pytest.importorskip("matplotlib")
     results = json.loads(gate.out.read_text())
     url = gate.html.as_uri()
     page = Page()

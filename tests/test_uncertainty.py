@@ -8,6 +8,7 @@ import math
 import xml.etree.ElementTree as ET
 
 import pytest
+from conftest import needs
 from test_plugin import _summary, baseline, models  # noqa: F401  (fixtures, reused)
 
 from pytest_longctx.gate import uncertainty
@@ -143,8 +144,8 @@ def test_alpha_is_a_plugin_and_compare_option():
 # ------------------------------------------------------------------ through pytest
 
 
+@needs("xdist", install='pip install -e ".[test]"')
 def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester, models, data_dir, baseline):  # noqa: F811
-    pytest.importorskip("xdist")
     runs = {}
     for workers in ("0", "2"):
         junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
