@@ -7,7 +7,19 @@ import pytest
 from itemkit import write_split
 
 from pytest_longctx.cli import main
-from pytest_longctx.compress.sweep import Point, at_savings, matched_table, pareto_front, parse_sweep, short_names
+from pytest_longctx.compress.bench import Bench
+from pytest_longctx.compress.evaluate import REFERENCE_TOKENIZER
+from pytest_longctx.compress.sweep import (
+    DEFAULT_METHODS,
+    DEFAULT_SWEEPS,
+    Point,
+    at_savings,
+    matched_table,
+    method_sweeps,
+    pareto_front,
+    parse_sweep,
+    short_names,
+)
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.errors import LongctxError
 
@@ -55,6 +67,35 @@ def test_sweeps_parse_with_module_paths_and_refuse_nonsense():
         parse_sweep("my.mod:fn:ratio=0.5,x")
     with pytest.raises(LongctxError, match="expected METHOD:KNOB=V1,V2"):
         parse_sweep("last_tokens=5")
+
+
+def test_each_method_runs_its_given_sweep_else_its_default_one():
+    assert list(method_sweeps(None, [], with_model=False)) == [m for m in DEFAULT_METHODS if m != "selective_context"]
+    assert list(method_sweeps(None, [], with_model=True)) == list(DEFAULT_METHODS)
+    chosen = method_sweeps(["identity", "last_tokens", "ctxgate"], ["last_tokens:tokens=64,32"], with_model=False)
+    assert chosen == {"identity": {}, "last_tokens": {"tokens": [64, 32]}, "ctxgate": DEFAULT_SWEEPS["ctxgate"]}
+    with pytest.raises(LongctxError, match=r"--sweep ctxgate:rate=1: ctxgate is not among the methods \(identity\)"):
+        method_sweeps(["identity"], ["ctxgate:rate=1"], with_model=False)
+
+
+def test_a_bench_runs_without_the_command(tmp_path):
+    write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=18))
+    bench = Bench.prepare(["identity", "last_messages"], ["last_messages:count=8,4"], str(tmp_path), suites=["low_surprisal"])
+    assert [c.label for c in bench.compressors] == ["identity", "last_messages count=8", "last_messages count=4"]
+    assert len(bench.pairs) == 6 and {item.suite for _, item in bench.pairs} == {"low_surprisal"}
+    notes: list[str] = []
+    result = bench.run(cache_dir="off", note=notes.append)
+    assert [note.split(" sessions in ")[0] for note in notes] == ["identity: 6", "last_messages count=8: 6", "last_messages count=4: 6"]
+    assert (result.sessions, result.tokenizer, result.model, result.layer_b) == (6, REFERENCE_TOKENIZER, None, False)
+    assert result.cells["retention-low_surprisal"] == 6 and result.cells["retention-verbatim"] == 0
+    assert [(p.method, p.knobs) for p in result.points] == [("identity", {}), ("last_messages", {"count": 8}),
+                                                           ("last_messages", {"count": 4})]
+    assert result.points[0].value("retention") == 1.0 and "answer-recall" not in result.points[0].rows  # no Layer B
+    body = result.to_json()
+    assert body["meta"] == {"data": str(tmp_path), "sessions": 6, "tokenizer": REFERENCE_TOKENIZER, "model": None,
+                            "cells": result.cells}
+    assert [p["spec"] for p in body["points"]] == ["identity", "last_messages", "last_messages"]
+    json.dumps(body, allow_nan=False)  # what --out writes
 
 
 def test_the_command_prints_both_tables_and_writes_every_point(tmp_path, capsys):

@@ -49,6 +49,19 @@ def parse_sweep(text: str) -> tuple[str, str, list[Any]]:
         raise LongctxError(f"--sweep {text!r}: {exc}") from None
 
 
+def method_sweeps(methods: Sequence[str] | None, texts: Sequence[str], with_model: bool) -> dict[str, dict[str, list[Any]]]:
+    """Each method's sweep: the ``--sweep`` texts given for it, else its default one
+    (no methods: the default ones, selective_context only ``with_model``)."""
+    chosen = methods or [m for m in DEFAULT_METHODS if with_model or m != "selective_context"]
+    given: dict[str, dict[str, list[Any]]] = {}
+    for text in texts:
+        method, knob, values = parse_sweep(text)
+        if method not in chosen:
+            raise LongctxError(f"--sweep {text}: {method} is not among the methods ({', '.join(chosen)})")
+        given.setdefault(method, {})[knob] = values
+    return {m: given.get(m, DEFAULT_SWEEPS.get(m, {})) for m in chosen}
+
+
 def knob_grid(sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the swept knobs' values (one point when nothing is swept)."""
     names = list(sweep)
