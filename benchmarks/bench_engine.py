@@ -151,7 +151,7 @@ def bench_data(args: argparse.Namespace) -> None:
     from pytest_longctx.parse import comma_list
     from pytest_longctx.reports.format import table
     from pytest_longctx.scoring import engine
-    from pytest_longctx.scoring.reads import choose_mode, plan_reads
+    from pytest_longctx.scoring.modes import choose_mode, plan_reads
 
     backend = load(args.model)
     rows, notes = [], []
@@ -271,8 +271,8 @@ def bench_backends(args: argparse.Namespace) -> None:
     from pytest_longctx.parse import comma_list
     from pytest_longctx.reports.format import table
     from pytest_longctx.scoring import engine
+    from pytest_longctx.scoring.modes import plan_reads
     from pytest_longctx.scoring.pipeline import score_sets
-    from pytest_longctx.scoring.reads import plan_reads
 
     hf = load_backend("smollm2-135m", "hf", "float32", "cpu")[0]
     llama = load_backend("smollm2-135m-gguf", "llama.cpp")[0]

@@ -44,7 +44,7 @@ from pytest_longctx.data.load import load_dataset  # noqa: E402
 from pytest_longctx.metrics.drift import GROUPS, Block, block, float32, item_reads, kl_k, places  # noqa: E402
 from pytest_longctx.parse import comma_list  # noqa: E402
 from pytest_longctx.reports.format import table  # noqa: E402
-from pytest_longctx.scoring.reads import choose_mode, plan_reads  # noqa: E402
+from pytest_longctx.scoring.modes import choose_mode, plan_reads  # noqa: E402
 from pytest_longctx.scoring.scores_file import load_scores  # noqa: E402
 
 BASELINE = Path("baselines/smollm2-135m.json.gz")

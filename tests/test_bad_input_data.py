@@ -16,7 +16,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.fingerprint import item_fingerprint
-from pytest_longctx.scoring.reads import choose_mode, plan_reads
+from pytest_longctx.scoring.modes import choose_mode, plan_reads
 
 BASELINE = Path(__file__).resolve().parent.parent / "baselines" / "smollm2-135m.json.gz"
 

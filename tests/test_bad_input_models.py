@@ -19,7 +19,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.options import OPTIONS, read_options
 from pytest_longctx.scoring import engine
-from pytest_longctx.scoring.reads import plan_reads
+from pytest_longctx.scoring.modes import plan_reads
 
 pytestmark = needs("transformers", install='pip install -e ".[hf]"')
 

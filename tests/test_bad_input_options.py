@@ -57,7 +57,7 @@ def test_a_text_beyond_the_context_window_is_refused_unless_allowed(qwen_model, 
     import copy
 
     from pytest_longctx.data.load import load_dataset
-    from pytest_longctx.scoring.reads import plan_reads
+    from pytest_longctx.scoring.modes import plan_reads
 
     needed = max(p.tokens_needed for p in plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=1), "ids"))
     short = copy.deepcopy(qwen_model)

@@ -21,7 +21,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.schema import parse_item
 from pytest_longctx.scoring.chat import render
 from pytest_longctx.scoring.pipeline import score_sets
-from pytest_longctx.scoring.reads import session_reads
+from pytest_longctx.scoring.text_mode import session_reads
 
 TOL = 1e-4
 

@@ -19,8 +19,8 @@ from pytest_longctx.gate.drift import BOTH, FAR_SPECIFIC, GENERAL, NONE, Drift, 
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.metrics.drift import Block, item_reads, kl_k, pack, places
+from pytest_longctx.scoring.controls import CONTROL_READS, CONTROL_TOKENS
 from pytest_longctx.scoring.pipeline import compute_sets, score_sets
-from pytest_longctx.scoring.reads import CONTROL_READS, CONTROL_TOKENS
 from pytest_longctx.scoring.scores_file import load_scores, scores_from_json
 
 ROW = "Distant tool calls at 2k tokens"

@@ -13,7 +13,7 @@ from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.scoring import engine, prefix_tree
 from pytest_longctx.scoring.cache import ScoreCache
-from pytest_longctx.scoring.reads import plan_reads
+from pytest_longctx.scoring.modes import plan_reads
 
 
 def test_the_prefix_tree_holds_each_distinct_prefix_once():

@@ -18,7 +18,7 @@ from pytest_longctx.backends.base import describe
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.cache import IDENTITY
-from pytest_longctx.scoring.reads import plan_reads
+from pytest_longctx.scoring.modes import plan_reads
 
 pytestmark = [
     needs("llama_cpp", install="pip install 'pytest-longctx[llama]'"),

@@ -19,8 +19,8 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import Outcome
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import count_tokens
-from pytest_longctx.scoring.reads import session_reads
 from pytest_longctx.scoring.records import item_records
+from pytest_longctx.scoring.text_mode import session_reads
 
 REFERENCE_TOKENIZER = "Qwen3.5 (the benchmark's reference tokenizer)"
 

@@ -24,8 +24,8 @@ from pytest_longctx.metrics.rows import row_specs
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.modes import choose_mode
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
-from pytest_longctx.scoring.reads import choose_mode
 from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
 
 

@@ -1,5 +1,5 @@
 """Sessions as the model reads them: chat markup, token counts, and the answer to a probe
-(docs/metrics.md#faithfulness-of-context-compressors, Layer B), whose teacher-forced reads ``reads.session_reads`` makes.
+(docs/metrics.md#faithfulness-of-context-compressors, Layer B), whose teacher-forced reads ``text_mode.session_reads`` makes.
 
 The markup is the tokenizer's chat template when it has one, else ChatML
 (``<|im_start|>role\\ncontent<|im_end|>\\n``). The probe is a user turn after the

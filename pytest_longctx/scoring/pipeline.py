@@ -20,7 +20,8 @@ from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
-from pytest_longctx.scoring.reads import ItemReads, TargetReads, choose_mode, plan_reads
+from pytest_longctx.scoring.modes import choose_mode, plan_reads
+from pytest_longctx.scoring.reads import ItemReads, TargetReads
 from pytest_longctx.scoring.records import item_records
 from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
 
