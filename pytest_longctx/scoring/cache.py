@@ -16,9 +16,9 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from pytest_longctx.backends.base import describe
+from pytest_longctx.backends.base import Backend, describe
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, unwritable
 from pytest_longctx.scoring.engine import Answers, Request
@@ -54,7 +54,7 @@ class ScoreCache:
             raise
 
     @classmethod
-    def for_backend(cls, backend: Any, folder: str | os.PathLike | None = None, warn: Warn = print_warning) -> ScoreCache | None:
+    def for_backend(cls, backend: Backend, folder: str | os.PathLike | None = None, warn: Warn = print_warning) -> ScoreCache | None:
         """The cache for this backend in ``folder`` (default: the user cache); None when the
         backend has no weight fingerprint or ``folder`` is 'off', and, with one ``warn``ing, when
         the cache cannot be made, written or read: the run goes on without it."""

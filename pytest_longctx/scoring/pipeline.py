@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 from pytest_longctx import __version__
-from pytest_longctx.backends.base import describe
+from pytest_longctx.backends.base import Backend, describe
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, config_kind
 from pytest_longctx.errors import LongctxError
@@ -18,6 +18,7 @@ from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import engine
+from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.modes import choose_mode, plan_reads
@@ -123,9 +124,9 @@ def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: lis
     return found
 
 
-def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
+def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
                 progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
-                cache: Any = None, beyond_context: bool = False, reference: ScoresFile | None = None,
+                cache: ScoreCache | None = None, beyond_context: bool = False, reference: ScoresFile | None = None,
                 notes: list[str] | None = None) -> ScoresFile:
     """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
     the run's ``meta``: backend, weights, tokenizer and data fingerprints. An item longer
@@ -160,7 +161,7 @@ def score_items(backend: Any, tokenizer: Any, dataset: Dataset, mode: str,
     return scores
 
 
-def check_context_window(backend: Any, plans: list[ItemReads]) -> None:
+def check_context_window(backend: Backend, plans: list[ItemReads]) -> None:
     """One line when the longest text runs past the model's context window: its scores
     there would measure the model outside what it was trained for."""
     window = getattr(backend, "context_window", None)
@@ -176,20 +177,20 @@ def check_context_window(backend: Any, plans: list[ItemReads]) -> None:
         )
 
 
-def needed_fingerprints(dataset: Dataset, configs: Any = None) -> dict[tuple[str, str, str], str]:
+def needed_fingerprints(dataset: Dataset, configs: Collection[str] | None = None) -> dict[tuple[str, str, str], str]:
     """(config, length, item id) -> item fingerprint, for the items a reference must cover."""
     return {(c, n, item.id): item_fingerprint(item) for c, n, item in dataset.items() if configs is None or c in configs}
 
 
 def score_sets(
-    backend: Any,
+    backend: Backend,
     tokenizer: Any,
     data: Dataset | str | os.PathLike,
     *,
     mode: str = "auto",
     reference: ScoresFile | None = None,
     progress: bool | Callable[[int, int], Progress] = True,
-    cache: Any = None,
+    cache: ScoreCache | None = None,
     beyond_context: bool = False,
     min_effect: float = rules.COUNT_NATS,
 ) -> Results:
