@@ -59,7 +59,7 @@ class _Row:
         if value is None:
             if optional:
                 return None
-            raise self.fail(field, "missing; every item needs it (see the schema in the README)")
+            raise self.fail(field, "missing; every item needs it (see the fields in docs/data.md#fields)")
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
             raise self.fail(field, f"expected {names}, got {type(value).__name__} {value!r:.60}")
@@ -334,7 +334,7 @@ def check_columns(config: str, columns: list[str], where: str) -> None:
     if missing:
         raise DataError(
             f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"required by the {config} config (see the schema in the README)"
+            f"required by the {config} config (see the fields in docs/data.md#fields)"
         )
 
 
