@@ -1,5 +1,5 @@
-"""Numbers as the gate's messages and reports show them: three decimals, ``n/a`` where a
-value is missing."""
+"""Numbers as the gate's messages and reports show them (three decimals, ``n/a`` where a
+value is missing), and the one tolerance every check compares a value with its threshold by."""
 from __future__ import annotations
 
 NA = "n/a"  # what a missing value (and a check that does not apply) shows as
@@ -12,3 +12,12 @@ def number(value: float | None, digits: int = 3) -> str:
 def delta(model: float | None, baseline: float | None) -> str:
     """``model - baseline`` with its sign."""
     return NA if model is None or baseline is None else f"{model - baseline:+.3f}"
+
+
+ROUNDING = 1e-12  # how far a computed value may sit past its threshold and still meet it (float rounding)
+
+
+def meets(value: float, threshold: float, at_most: bool = False) -> bool:
+    """``value >= threshold`` (``at_most``: ``value <= threshold``) up to float rounding, so a
+    share computed as 0.95 meets a threshold of 0.95; a NaN meets nothing."""
+    return value <= threshold + ROUNDING if at_most else value >= threshold - ROUNDING

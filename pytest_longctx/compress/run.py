@@ -35,6 +35,7 @@ from pytest_longctx.gate.options import GateOptions
 from pytest_longctx.gate.session import Case, Progress
 from pytest_longctx.gate.verdicts import Verdict, item_key
 from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
+from pytest_longctx.numbers import meets
 from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
@@ -210,7 +211,7 @@ class CompressorRun:
         problems = [outcome["error"]] if outcome["error"] else []
         threshold = self.item_threshold(key)
         retention = outcome["retained"] / outcome["facts"]
-        if not problems and threshold is not None and retention < threshold - 1e-12:
+        if not problems and threshold is not None and not meets(retention, threshold):
             problems.append(f"the compressed context lost the fact {item.required_facts[0]!r} "
                             f"({item.depth}, {item.placement}, {item.probe_type} probe {item.probe!r})")
         return problems, properties

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 from pytest_longctx.gate.uncertainty import Sample, difference
 from pytest_longctx.metrics.drift import pooled
+from pytest_longctx.numbers import meets
 
 FAR_SPECIFIC, GENERAL, BOTH, NONE = "far-specific", "general", "both", "none"
 Interval = tuple[float, float]
@@ -78,7 +79,7 @@ class Drift:
 
     def beyond(self, group: GroupDrift) -> bool:
         """The group's drift is beyond the row's threshold."""
-        return group.kl is not None and group.kl > self.threshold + 1e-12
+        return group.kl is not None and not meets(group.kl, self.threshold, at_most=True)
 
     @property
     def general(self) -> bool:

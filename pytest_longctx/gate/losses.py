@@ -17,6 +17,7 @@ from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import item_drop, item_key, item_metric, rule_effect_loss, verdict_word
 from pytest_longctx.metrics.raw import Record, is_scored, mean
 from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE
+from pytest_longctx.numbers import meets
 from pytest_longctx.scoring.scores_file import ScoresFile
 
 BEFORE_CHARS = 160
@@ -78,7 +79,7 @@ class ItemLoss:
 
     @property
     def passed(self) -> bool:
-        return self.loss is None or self.loss <= self.threshold + 1e-12
+        return self.loss is None or meets(self.loss, self.threshold, at_most=True)
 
     @property
     def verdict(self) -> str:

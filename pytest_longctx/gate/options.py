@@ -46,7 +46,7 @@ OPTIONS = (
     Option("only", "run only the gate's tests (deselect the others collected)", False, ini=False, kind="flag"),
     Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)", False,
            ini=False, kind="flag"),
-    # reports (gate_reports.py)
+    # reports (reports/files.py)
     Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", ini=False),
     Option("html", "write the HTML report here (one self-contained file)", ini=False),
     Option("dtype", "auto (float32 on CPU), float32, bfloat16, float16", "auto"),
@@ -68,7 +68,7 @@ OPTIONS = (
     Option("min-effect", "rules: the baseline's rule effect a target needs to be counted, in nats", 1.0, kind="float"),
     Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop, kl; "
            "compressor gate: retention, savings, drop); repeatable", kind="lines"),
-    # the compressor gate (compress/gate.py)
+    # the compressor gate (compress/run.py)
     Option("compressor", "gate a context compressor, module:function or a built-in (last_tokens, last_messages, "
            "message_relevance, sentence_relevance, selective_context, identity); --longctx-model adds Layer B", ini=False),
     Option("knob", "a keyword knob of the compressor, NAME=VALUE (e.g. ratio=0.5); repeatable", ini=False, kind="pairs"),
@@ -114,9 +114,9 @@ class GateOptions:
     backend: str
     cache_dir: str | None
     thresholds: Thresholds
-    markdown: str | None = None  # reports (gate_reports.py)
+    markdown: str | None = None  # reports (reports/files.py)
     html: str | None = None
-    compressor: str | None = None  # the compressor gate (compress/gate.py)
+    compressor: str | None = None  # the compressor gate (compress/run.py)
     knobs: tuple[str, ...] = ()
     allow_beyond_context: bool = False
     min_retention_verbatim: float = 1.0

@@ -23,7 +23,7 @@ METRICS = {
     "follow": "lowest allowed share of rules followed",
     "item_drop": "largest allowed mean log-probability loss of one item, in nats",
     "kl": "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
-    # the compressor gate's (compress/gate.py): no global value, defaults per row
+    # the compressor gate's (compress/run.py): no global value, defaults per row
     "retention": "lowest allowed share of facts kept by a context compressor",
     "savings": "lowest allowed realized token savings of a context compressor",
 }

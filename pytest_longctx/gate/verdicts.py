@@ -12,7 +12,7 @@ from pytest_longctx.gate.uncertainty import difference, measure, needed_items, u
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import headline_rows
 from pytest_longctx.metrics.rules import COUNT_NATS
-from pytest_longctx.numbers import NA, number
+from pytest_longctx.numbers import NA, meets, number
 
 Sets = dict[str, dict[str, dict[str, Any]]]  # config -> length -> metrics
 
@@ -97,9 +97,7 @@ class Verdict:
     def within(self) -> bool:
         """The point estimate is on the right side of the threshold."""
         assert self.model is not None
-        if self.at_most:
-            return self.model <= self.threshold + 1e-12
-        return self.model >= self.threshold - 1e-12
+        return meets(self.model, self.threshold, self.at_most)
 
     @property
     def passed(self) -> bool:
