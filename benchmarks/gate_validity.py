@@ -84,7 +84,7 @@ def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
     """Per facts and tool-call row: KL at far / near / control reads, the far excess with its
     interval, and the damage kind of the failing ones, one column per candidate."""
     first = next(iter(comparisons.values())).evaluation
-    names = [name for name in first.drift if first.row_sources[name]["config"] in ("facts", "tool_calls")]
+    names = [name for name in first.drift if first.row_sources[name].config in ("facts", "tool_calls")]
     lines = []
     for name in names:
         short = name.replace("Facts recalled", "facts").replace("Distant tool calls", "tool calls").replace(" tokens", "")
@@ -131,9 +131,9 @@ def min_effect_table(baseline: Path, files: dict[str, Path], values: list[float]
             counted = []
             for comparison in comparisons.values():
                 source = comparison.evaluation.row_sources[row]
-                sets = comparison.evaluation.sets[source["config"]]
-                cell = (sets[source["length"]]["cells"][source["placement"]][source["family"]]
-                        if source.get("placement") and source.get("length") else None)
+                sets = comparison.evaluation.sets[source.config]
+                cell = (sets[source.length]["cells"][source.placement][source.family]
+                        if source.cell is not None else None)
                 shown = number(comparison.evaluation.rows[row], 2)
                 counted.append(f"{shown} (n={cell['counted']})" if cell is not None else shown)
             body.append([f"{row} (min effect {value:g})", *counted])

@@ -261,11 +261,11 @@ def summary(far_kl: float, reads: int = 10) -> dict:
 def drift_check(far_kls: list[float], **thresholds):
     from pytest_longctx.gate.verdicts import drift_verdicts
     from pytest_longctx.metrics.drift import pooled
+    from pytest_longctx.metrics.rows import RowSource
 
     per_item = {f"i{n}": {"drift": summary(kl)} for n, kl in enumerate(far_kls)}
     sets = {"tool_calls": {"2k": {"drift": pooled(e["drift"] for e in per_item.values()), "per_item": per_item}}}
-    found, checks = drift_verdicts(ROW, {"config": "tool_calls", "length": "2k", "metric": "far_accuracy"}, sets,
-                                   Thresholds(**thresholds), [])
+    found, checks = drift_verdicts(ROW, RowSource("tool_calls", "far_accuracy", "2k"), sets, Thresholds(**thresholds), [])
     (check,) = checks
     return found, check
 

@@ -13,7 +13,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
-from pytest_longctx.gate.verdicts import Evaluation, cell_key, cells, item_key, row_key
+from pytest_longctx.gate.verdicts import Evaluation, cell_key, cells, item_key
 from pytest_longctx.parse import finite_nonnegative
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.html import html_report
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def check_keys(evaluation: Evaluation) -> list[str]:
     """The key of every check the comparison can make, thresholded or not: its rows, items and
     rules cells (what a ``--threshold`` pattern may name, as the plugin's check keys)."""
-    keys = [row_key(source) for source in evaluation.row_sources.values()]
+    keys = [source.key for source in evaluation.row_sources.values()]
     for config, by_length in evaluation.sets.items():
         keys += [item_key(config, length, i) for length, metrics in by_length.items() for i in metrics.get("per_item", {})]
         if config_kind(config) == "rules":

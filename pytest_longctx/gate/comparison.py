@@ -58,7 +58,8 @@ class Comparison:
         return {
             "model": self.model, "baseline": self.baseline, "mode": self.mode, "passed": self.passed,
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
-            "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows, "row_sources": evaluation.row_sources,
+            "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
+            "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
             "verdicts": [{**asdict(v), "verdict": v.word} for v in evaluation.verdicts],
             "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],

@@ -18,7 +18,7 @@ from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.options import GateOptions
 from pytest_longctx.gate.session import Case, Progress, unit_of
-from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key, row_key
+from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
 from pytest_longctx.paths import check_outputs
@@ -137,9 +137,7 @@ class GateRun:
                     found.append(Case("cell", key, self._keys(config, length), config, length))
         selection = {config: list(by_length) for config, by_length in self.dataset.configs.items()}
         for _, source in row_specs(selection):
-            found.append(
-                Case("row", row_key(source), self._keys(source["config"], source.get("length")), source["config"], source.get("length"))
-            )
+            found.append(Case("row", source.key, self._keys(source.config, source.length), source.config, source.length))
         return found
 
     def select(self, cases: Iterable[Case]) -> None:

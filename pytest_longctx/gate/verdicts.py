@@ -1,5 +1,5 @@
 """Checks of rows, cells and items against the baseline (thresholds: ``gate/thresholds.py``):
-their keys, their verdicts, and the items that lost the most."""
+their keys (a row's: ``RowSource.key``), their verdicts, and the items that lost the most."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +10,7 @@ from pytest_longctx.gate.drift import Drift, far_sample, row_drift, summaries_of
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.uncertainty import difference, measure, needed_items, upper_bound
 from pytest_longctx.metrics.raw import is_scored
-from pytest_longctx.metrics.rows import headline_rows
+from pytest_longctx.metrics.rows import RowSource, headline
 from pytest_longctx.metrics.rules import COUNT_NATS
 from pytest_longctx.numbers import NA, meets, number
 
@@ -18,15 +18,6 @@ Sets = dict[str, dict[str, dict[str, Any]]]  # config -> length -> metrics
 
 
 # ------------------------------------------------------------------ keys
-
-
-def row_key(source: dict[str, Any]) -> str:
-    config, metric = source["config"], source["metric"]
-    if config_kind(config) != "rules":
-        return f"{config}-{source['length']}" + (f"-{source['suite']}" if "suite" in source else "")
-    if "worst_of" in source:
-        return f"{config}-retained-worst"
-    return f"{config}-{metric}-{source['length']}"
 
 
 def cell_key(config: str, length: str, placement: str, family: str) -> str:
@@ -86,7 +77,7 @@ class Verdict:
     alpha: float | None = None  # --longctx-alpha: fail only on a significant shortfall
     bound: float | None = None  # with alpha: the one-sided (1 - alpha) upper bound of the margin (model - threshold)
     at_most: bool = False  # the value must stay at or below the threshold (drift), not reach it
-    damage: Any = None  # the row's drift figures and damage kind (gate/drift.py ``Drift``), where known
+    damage: Drift | None = None  # the row's drift figures and damage kind, where known
 
     @property
     def applicable(self) -> bool:
@@ -205,22 +196,22 @@ def row_of(label: str) -> str:
     return label.removesuffix(DRIFT_LABEL)
 
 
-def _row_items(source: dict[str, Any]) -> Any:
+def _row_items(source: RowSource) -> Any:
     """Which of a row's set's items the row is computed over."""
-    if config_kind(source["config"]) == "rules":
-        return _in_cell(source.get("placement"), source.get("family"))
-    return _in_suite(source.get("suite"))
+    if source.is_rules:
+        return _in_cell(source.placement, source.family)
+    return _in_suite(source.suite)
 
 
-def drift_verdicts(name: str, source: dict[str, Any], model_sets: dict, thresholds: Thresholds,
+def drift_verdicts(name: str, source: RowSource, model_sets: dict, thresholds: Thresholds,
                    row: list[Verdict]) -> tuple[Drift | None, list[Verdict]]:
     """(the row's drift, its drift check): mean KL_K at far reads at most ``kl`` (by default on
     facts and tool calls; elsewhere where an override names the row). The row's own
     verdicts (``row``) get the drift too, so a failing one says what kind of damage it is."""
-    config, length = source["config"], source.get("length")
-    if length is None or "drift" not in model_sets[config][length] or None in (source.get("placement", ""), source.get("family", "")):
+    config, length = source.config, source.length
+    if length is None or "drift" not in model_sets[config][length]:  # a worst case with no counted cell has no length
         return None, []
-    key = row_key(source)
+    key = source.key
     threshold = thresholds.get(key, "kl")
     assert threshold is not None  # kl has a global value
     summaries = summaries_of(model_sets[config][length], _row_items(source))
@@ -245,24 +236,23 @@ def drift_verdicts(name: str, source: dict[str, Any], model_sets: dict, threshol
     return found, [verdict]
 
 
-def row_verdict(name: str, source: dict[str, Any], model_sets: dict, baseline_sets: dict,
+def row_verdict(name: str, source: RowSource, model_sets: dict, baseline_sets: dict,
                 model_rows: dict, baseline_rows: dict, thresholds: Thresholds) -> Verdict:
-    key = row_key(source)
+    key = source.key
     model, baseline = model_rows.get(name), baseline_rows.get(name)
-    config, length = source["config"], source.get("length")
-    if config_kind(config) != "rules":
+    config, length = source.config, source.length
+    if not source.is_rules:
         drop = thresholds.get(key, "drop")
         threshold = (baseline if baseline is not None else 0.0) - drop
         rule = f"baseline - {drop:g}"
         losers = accuracy_losers(source, model_sets, baseline_sets)
         verdict = Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
         return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), drop, thresholds.alpha)
-    metric = source["metric"]
+    metric, cell = source.metric, source.cell
     threshold = thresholds.get(key, metric)
-    where = (config, length, source.get("placement"), source.get("family"))
-    losers = rules_losers(model_sets, *where) if None not in where else []  # a worst case with no counted cell has none
+    losers = rules_losers(model_sets, config, *cell) if cell is not None else []  # a worst case with no counted cell has none
     verdict = Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
-    if None in where:
+    if cell is None:
         return verdict
     return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), None, thresholds.alpha)
 
@@ -299,7 +289,7 @@ class Evaluation:
 
     sets: Sets
     rows: dict[str, float | None]
-    row_sources: dict[str, dict[str, Any]]
+    row_sources: dict[str, RowSource]
     baseline_sets: Sets
     baseline_rows: dict[str, float | None]
     verdicts: list[Verdict] = field(default_factory=list)
@@ -323,8 +313,8 @@ class Evaluation:
 
 def evaluate(sets: Sets, baseline_sets: Sets, thresholds: Thresholds) -> Evaluation:
     """Rows of both sides and the verdict of every row and rules cell."""
-    rows, row_sources = headline_rows(sets)
-    baseline_rows, _ = headline_rows(baseline_sets)
+    rows, row_sources = headline(sets)
+    baseline_rows, _ = headline(baseline_sets)
     evaluation = Evaluation(sets, rows, row_sources, baseline_sets, baseline_rows)
     for name, source in row_sources.items():
         row = [row_verdict(name, source, sets, baseline_sets, rows, baseline_rows, thresholds)]
@@ -349,9 +339,9 @@ def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
     return "query accuracy", entry["query_accuracy"]
 
 
-def accuracy_losers(source: dict[str, Any], model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
+def accuracy_losers(source: RowSource, model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
     """Items whose accuracy fell the most (facts: queries recalled; tool calls: far targets)."""
-    config, length = source["config"], source["length"]
+    config, length = source.config, source.length
     mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
 
     drops = []

@@ -15,7 +15,7 @@ def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
         "reference": str(run.baseline_path) if run.baseline is not None else None,
         "mode": run.scores.mode,
         "meta": {**run.scores.meta, "min_effect": run.thresholds.min_effect},
-        "row_sources": evaluation.row_sources,
+        "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
         "baseline_rows": evaluation.baseline_rows,
         "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
                       "threshold": v.threshold, "verdict": v.word, "interval": v.interval, "items": v.items, "mdd": v.mdd,
