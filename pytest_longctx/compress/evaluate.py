@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from pytest_longctx.backends.base import describe
+from pytest_longctx.backends.base import Backend, describe
 from pytest_longctx.compress.cache import CompressionCache
 from pytest_longctx.compress.encoding import Encoding
 from pytest_longctx.compress.interface import Compression, Compressor
@@ -32,7 +32,7 @@ class Reader:
 
     tokenizer: Any
     tokenizer_name: str
-    backend: Any = None
+    backend: Backend | None = None
     # (split, item id) -> tokens of its full session: the rendered chat, and its contents alone
     token_counts: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     scorer: SelfInformation | None = None
@@ -42,7 +42,7 @@ class Reader:
         self.encoding = Encoding(self.tokenizer, self.tokenizer_name)
 
     @classmethod
-    def of(cls, backend: Any, model: str | None) -> Reader:
+    def of(cls, backend: Backend | None, model: str | None) -> Reader:
         """The model's reader, or without one (Layer A only) the Qwen3.5 tokenizer's."""
         if backend is None:
             return cls(qwen35_tokenizer(), REFERENCE_TOKENIZER)

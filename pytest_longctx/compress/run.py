@@ -1,6 +1,6 @@
 """The compressor gate: ``pytest --longctx-compressor module:function``.
 
-Each item is compressed once per session (the first time a test needs it) and its
+Each item is compressed once per pytest run (the first time a test needs it) and its
 fact looked for in the compressed messages; with ``--longctx-model`` its answer is also
 read teacher-forced under both contexts. Rows compare the compressed context with the
 full one; a row with a threshold is a test:
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from pytest_longctx.backends.base import describe
+from pytest_longctx.backends.base import Backend, describe
 from pytest_longctx.compress.cache import CompressionCache
 from pytest_longctx.compress.evaluate import Reader, compress_all, read_answers
 from pytest_longctx.compress.interface import parse_knobs, resolve
@@ -67,7 +67,7 @@ class CompressionEvaluation:
 
 
 class CompressorRun:
-    """The compressor gate's session (a ``GateSession``): items, the compressor, outcomes,
+    """The compressor gate's run (a ``GateSession``): items, the compressor, outcomes,
     verdicts. It needs no baseline: the full context is the reference."""
 
     def __init__(self, options: GateOptions, invocation_dir: Path):
@@ -126,7 +126,7 @@ class CompressorRun:
 
     # -------------------------------------------------------------- compressing
 
-    def ensure(self, units: Iterable[str], backend: Any, progress: Progress = True) -> None:
+    def ensure(self, units: Iterable[str], backend: Backend | None, progress: Progress = True) -> None:
         """Compress (and with a model, read) the needed items not done yet, once."""
         if self.failure:
             raise LongctxError(f"compression failed earlier in this session: {self.failure}")
@@ -146,7 +146,7 @@ class CompressorRun:
         for key, compressed in zip(todo, done):
             self.outcomes[key] = compressed.outcome
 
-    def _start(self, backend: Any) -> None:
+    def _start(self, backend: Backend | None) -> None:
         self.reader = Reader.of(backend, self.options.model)
         self.reader.cache = CompressionCache.at(self.options.cache_dir, self.warnings.append)
         if backend is not None:
@@ -157,9 +157,11 @@ class CompressorRun:
 
     # -------------------------------------------------------------- evaluation
 
-    def evaluate(self) -> CompressionEvaluation:
-        """Rows and verdicts once every item is done (before that: none)."""
-        if not self.items or any(key not in self.outcomes for key in self.items):
+    def evaluate(self, configs: Iterable[str] | None = None) -> CompressionEvaluation:
+        """Rows and verdicts once every item is done (before that: none; none either when
+        ``configs`` leaves out faithfulness, the gate's one config)."""
+        done = bool(self.items) and all(key in self.outcomes for key in self.items)
+        if not done or (configs is not None and FAITHFULNESS not in configs):
             return CompressionEvaluation([], [], {})
         by_split: dict[str, dict[str, Any]] = {}
         for split in self.dataset.configs[FAITHFULNESS]:
@@ -202,6 +204,8 @@ class CompressorRun:
         return [text for _, _, text in sorted(lost)[:top]]
 
     def item_report(self, key: ItemKey) -> tuple[list[str], dict[str, Any]]:
+        """(problems: its compression failed, or it lost a fact its row requires every item
+        to keep; properties: its labels and outcome) of one compressed item."""
         outcome, item = self.outcomes[key], self.items[key]
         properties = {**labels(item), **{k: v for k, v in outcome.items() if k not in ("full", "compressed")}}
         for context in ("full", "compressed"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable
 
+from pytest_longctx.backends.base import Backend
+
 Token = tuple[int, int, float]  # character start, end, -log p(token | text before) in nats
 
 
@@ -13,7 +15,7 @@ class SelfInformation:
     token, which nothing predicts, gets ``inf``. Answers are kept per text, so a knob
     sweep of a query-agnostic method reads each session once."""
 
-    def __init__(self, backend: Any, tokenizer: Any):
+    def __init__(self, backend: Backend, tokenizer: Any):
         self.backend = backend
         self.tokenizer = tokenizer
         self.known: dict[str, list[Token]] = {}

@@ -11,6 +11,7 @@ from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
+from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.results import ResultsFile, find_data
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
@@ -88,8 +89,8 @@ def model_name(meta: dict[str, Any]) -> str:
     return str(meta.get("model") or meta.get("backend") or "unnamed model")
 
 
-def from_gate_run(run: Any, evaluation: Evaluation) -> Comparison:
-    """The comparison of a finished gate run (a ``runner.GateRun``)."""
+def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
+    """The comparison of a finished model gate run."""
     baseline = run.baseline if run.baseline is not None else run.scores
     items, targets = losses(run.scores, baseline, evaluation.sets, evaluation.baseline_sets, run.thresholds,
                             run.dataset)

@@ -3,7 +3,7 @@ and the verdicts. No pytest here: the plugin drives it, and xdist workers hand t
 raw scores to the controller, which evaluates the same way.
 
 Scoring happens per unit — ``facts``, ``tool_calls``, and ``rules`` (the three
-languages together, as they share their sessions) — the first time a test needs it,
+languages together, as they share their agent sessions) — the first time a test needs it,
 and covers every item the selected tests of that unit need.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.base import Backend
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError
@@ -30,7 +31,7 @@ from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences,
 
 
 class GateRun:
-    """The model gate's session (a ``GateSession``): the data and the baseline, what the
+    """The model gate's run (a ``GateSession``): the data and the baseline, what the
     selected tests need, the scores, and the verdicts."""
 
     def __init__(self, options: GateOptions, invocation_dir: Path):
@@ -152,7 +153,7 @@ class GateRun:
 
     # -------------------------------------------------------------- scoring
 
-    def ensure(self, units: Iterable[str], backend: Any, progress: Progress = True) -> None:
+    def ensure(self, units: Iterable[str], backend: Backend, progress: Progress = True) -> None:
         """Score the needed items of these units that are not scored yet, once."""
         if self.failure:
             raise LongctxError(f"scoring failed earlier in this session: {self.failure}")
@@ -172,7 +173,7 @@ class GateRun:
         config, length, item_id = key
         return item_id in self.scores.scores.get(config, {}).get(length, {})
 
-    def _score(self, keys: set[ItemKey], backend: Any, progress: Progress) -> None:
+    def _score(self, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
         tokenizer = getattr(backend, "tokenizer", None)
         if not self.scores.mode:
             self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset, self.warnings)  # a fallback to text says so
@@ -241,8 +242,9 @@ class GateRun:
         evaluation = self._evaluations[memo] = evaluate(sets, baseline_sets, self.thresholds)
         return evaluation
 
-    def item_report(self, config: str, length: str, item_id: str) -> tuple[list[str], dict[str, Any]]:
+    def item_report(self, key: ItemKey) -> tuple[list[str], dict[str, Any]]:
         """(problems, properties: its metrics and counts) of one scored item."""
+        config, length, item_id = key
         mine = self.scores.scores[config][length][item_id].targets
         theirs = self.baseline.scores[config][length][item_id].targets if self.baseline is not None else None
         problems = []
@@ -256,8 +258,7 @@ class GateRun:
         limit = self.thresholds.get(item_key(config, length, item_id), "item_drop")
         if drop is not None and drop > limit:
             problems.append(f"lost {drop:.3f} nats per scored token against the baseline (allowed {limit:g}, --longctx-item-max-drop)")
-        single = compute_sets(self.dataset.select({(config, length, item_id)}), self.scores, self.baseline,
-                              self.thresholds.min_effect)
+        single = compute_sets(self.dataset.select({key}), self.scores, self.baseline, self.thresholds.min_effect)
         properties = {
             "targets": len(mine),
             "unaligned": unaligned,

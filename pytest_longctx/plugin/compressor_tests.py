@@ -4,31 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_longctx.gate.session import Case, GateSession
 from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
 
 
-def _ensure(run: Any, request: Any) -> None:
+def _ensure(run: GateSession, request: Any) -> None:
     backend = request.getfixturevalue("longctx_backend") if run.options.model else None
     ensure_or_fail(run, ["faithfulness"], backend, request.getfixturevalue("longctx_progress"))
 
 
-def test_retention(longctx_case: Any, longctx_run: Any, request: Any) -> None:
+def test_retention(longctx_case: Case, longctx_run: GateSession, request: Any) -> None:
     case, record_property = longctx_case, recorder(request)
     _ensure(longctx_run, request)
-    problems, properties = longctx_run.item_report((case.config, case.length, case.item_id))
+    problems, properties = longctx_run.item_report(case.item)
     for name, value in properties.items():
         record_property(f"longctx.{name}", value)
     if problems:
         fail(f"{case.key}: " + "; ".join(problems))
 
 
-def test_threshold(longctx_case: Any, longctx_run: Any, request: Any) -> None:
+def test_threshold(longctx_case: Case, longctx_run: GateSession, request: Any) -> None:
     record_property = recorder(request)
     _ensure(longctx_run, request)
-    verdict = longctx_run.evaluate().verdict(longctx_case.key)
+    verdict = next((v for v in longctx_run.evaluate().verdicts if v.key == longctx_case.key), None)
     assert verdict is not None, f"{longctx_case.key}: no verdict was computed (a bug in pytest-longctx)"
     record_property(f"longctx.{verdict.metric}", verdict.model)
     record_property(f"longctx.full_{verdict.metric}", verdict.baseline)

@@ -1,4 +1,4 @@
-"""The gate's fixtures: its session, the model under test as a backend, progress on the
+"""The gate's fixtures: its gate session, the model under test as a backend, progress on the
 terminal, and every result at once for a user's own tests."""
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.session import GateSession
+from pytest_longctx.gate.session import GateEvaluation, GateSession
 from pytest_longctx.plugin.hooks import running
 from pytest_longctx.progress import Progress
 from pytest_longctx.reports.format import visible
@@ -34,15 +35,15 @@ def worker_device(device: str, worker: str | None) -> str:
 
 @pytest.fixture(scope="session")
 def longctx_run(request: pytest.FixtureRequest) -> GateSession:
-    """The session's gate (data, baseline, scores); internal to the generated tests."""
+    """The running gate's session (data, baseline, scores); internal to the generated tests."""
     run = running(request.config)
     if run is None:
         pytest.skip("pytest-longctx is inactive: pass --longctx-model")
-    return run.session
+    return run.gate_session
 
 
 @pytest.fixture(scope="session")
-def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Any:
+def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Backend:
     """The model under test as a backend (anything with ``read(ids, positions, tokens)``).
     Override it in the root conftest.py to hand in an already-loaded model."""
     options = longctx_run.options
@@ -76,7 +77,7 @@ def longctx_progress(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture(scope="session")
-def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_progress: Any) -> Any:
+def longctx_results(longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any) -> GateEvaluation:
     """Every selected item scored; ``.rows``, ``.sets``, ``.baseline_rows``, ``.verdicts``."""
     longctx_run.need_everything()
     try:
@@ -88,10 +89,10 @@ def longctx_results(longctx_run: GateSession, longctx_backend: Any, longctx_prog
     fail(failure)
 
 
-def ensure_or_fail(session: GateSession, units: list[str], backend: Any, progress: Any) -> None:
-    """``session.ensure``, a failure turned into the test's one-line failure."""
+def ensure_or_fail(run: GateSession, units: list[str], backend: Backend | None, progress: Any) -> None:
+    """``run.ensure``, a failure turned into the test's one-line failure."""
     try:
-        session.ensure(units, backend, progress)
+        run.ensure(units, backend, progress)
     except LongctxError as exc:
         failure = str(exc)
     else:

@@ -1,7 +1,7 @@
 """pytest hooks of the gate. Inert without ``--longctx-model`` or ``--longctx-compressor``:
 nothing is added and nothing heavy is imported (not numpy, not the scoring engine).
 
-Each hook delegates in a few lines to the running gate: its session (a ``GateSession``),
+Each hook delegates in a few lines to the running gate: its gate session (a ``GateSession``),
 the module of its generated tests, and its report functions. Which gate runs is decided
 once, from the options, in ``pytest_configure``; no hook asks again."""
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pytest_longctx.reports.format import visible
 class Gate:
     """A gate the plugin can run, as ``module:object`` names imported only when it runs."""
 
-    session: str  # a GateSession class, made as cls(options, invocation_dir)
+    gate_session: str  # a GateSession class, made as cls(options, invocation_dir)
     tests: str  # the module of its generated tests, with CASE_KINDS
-    finish: str  # finish(session, junit, stopped) -> final: writes what was asked for (controller)
-    summary: str  # summary_lines(session, *final) -> the terminal summary's lines
+    finish: str  # finish(gate_session, junit, stopped) -> final: writes what was asked for (controller)
+    summary: str  # summary_lines(gate_session, *final) -> the terminal summary's lines
 
 
 MODEL_GATE = Gate("pytest_longctx.gate.model_run:GateRun", "pytest_longctx.plugin.model_tests",
@@ -42,7 +42,7 @@ class Running:
     """The gate of this pytest process."""
 
     gate: Gate
-    session: GateSession
+    gate_session: GateSession
     tests: ModuleType
     final: tuple[Any, ...] | None = None  # what finish returned, for the summary
     shown: bool = False  # the summary was written
@@ -50,7 +50,7 @@ class Running:
     @classmethod
     def start(cls, options: GateOptions, invocation_dir: Path) -> Running:
         gate = COMPRESSOR_GATE if options.compressor else MODEL_GATE
-        return cls(gate, load(gate.session)(options, invocation_dir), load(gate.tests))
+        return cls(gate, load(gate.gate_session)(options, invocation_dir), load(gate.tests))
 
     def report(self, name: str) -> Callable[..., Any]:
         return load(getattr(self.gate, name))
@@ -142,7 +142,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if run is None or "longctx_case" not in metafunc.fixturenames:
         return
     kind = run.tests.CASE_KINDS[metafunc.function.__name__]
-    cases = [c for c in run.session.cases() if c.kind == kind]
+    cases = [c for c in run.gate_session.cases() if c.kind == kind]
     metafunc.parametrize("longctx_case", [pytest.param(c, id=c.key, marks=pytest.mark.xdist_group(c.unit)) for c in cases])
 
 
@@ -154,7 +154,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     module = GateModule.from_parent(session, path=Path(run.tests.__file__), nodeid=GATE_NODEID)
     # the functions whose kind has no case are left out
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
-    if run.session.options.only and items:
+    if run.gate_session.options.only and items:
         config.hook.pytest_deselected(items=list(items))
         items.clear()
     items.extend(generated)
@@ -163,7 +163,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     run = running(session.config)
     if run is not None:
-        run.session.select(case for case in map(_case, session.items) if case is not None)
+        run.gate_session.select(case for case in map(_case, session.items) if case is not None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
@@ -173,11 +173,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller reports
-        workeroutput["longctx"] = run.session.export()
+        workeroutput["longctx"] = run.gate_session.export()
         return
     stopped = session.config.stash[WATCH].stopped(session, exitstatus)
-    run.final = run.report("finish")(run.session, session.config.stash.get(xml_key, None), stopped)
-    if getattr(run.session, "unwritten", None) and session.exitstatus == pytest.ExitCode.OK:
+    run.final = run.report("finish")(run.gate_session, session.config.stash.get(xml_key, None), stopped)
+    if getattr(run.gate_session, "unwritten", None) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a file asked for is missing: not a pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if exitstatus not in SUMMARY_STATUSES and reporter is not None:
@@ -189,7 +189,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     run = running(node.config)
     exported = getattr(node, "workeroutput", {}).get("longctx")
     if run is not None and exported:
-        run.session.absorb(exported)
+        run.gate_session.absorb(exported)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -203,5 +203,5 @@ def _summary(terminalreporter: Any, run: Running) -> None:
         return
     run.shown = True
     terminalreporter.section("longctx")
-    for line in run.report("summary")(run.session, *run.final):
+    for line in run.report("summary")(run.gate_session, *run.final):
         terminalreporter.write_line(line)

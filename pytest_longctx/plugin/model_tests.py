@@ -1,42 +1,48 @@
 """The tests the gate generates (collected as ``longctx``, parametrized by the plugin).
 
-Each test scores what it needs once per session, through the shared gate run, and fails
-with a message that names the row, cell or item, the values and the threshold.
+Each test scores what it needs once per pytest run, through the shared gate session, and
+fails with a message that names the row, cell or item, the values and the threshold.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from pytest_longctx.backends.base import Backend
 from pytest_longctx.data.records import config_kind
+from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.session import Case, GateSession
 from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_baseline": "baseline", "test_item": "item", "test_cell": "cell", "test_row": "row"}
 
 
-def test_baseline(longctx_case: Any, longctx_run: Any) -> None:
+def test_baseline(longctx_case: Case, longctx_run: GateRun) -> None:
     fail(longctx_run.missing_baseline)
 
 
-def test_item(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+def test_item(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,
+              request: Any) -> None:
     case, record_property = longctx_case, recorder(request)
     ensure_or_fail(longctx_run, [case.unit], longctx_backend, longctx_progress)
-    problems, properties = longctx_run.item_report(case.config, case.length, case.item_id)
+    problems, properties = longctx_run.item_report(case.item)
     for name, value in properties.items():
         record_property(f"longctx.{name}", value)
     if problems:
         fail(f"{case.key}: " + "; ".join(problems))
 
 
-def test_cell(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+def test_cell(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,
+              request: Any) -> None:
     _check(longctx_case, longctx_run, longctx_backend, longctx_progress, recorder(request))
 
 
-def test_row(longctx_case: Any, longctx_run: Any, longctx_backend: Any, longctx_progress: Any, request: Any) -> None:
+def test_row(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,
+             request: Any) -> None:
     _check(longctx_case, longctx_run, longctx_backend, longctx_progress, recorder(request))
 
 
-def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: Any) -> None:
+def _check(case: Case, run: GateSession, backend: Backend, progress: Any, record_property: Any) -> None:
     ensure_or_fail(run, [case.unit], backend, progress)
     verdicts = [v for v in run.evaluate([case.config]).verdicts if v.key == case.key]
     assert verdicts, f"{case.key}: no verdict was computed (a bug in pytest-longctx)"
@@ -45,7 +51,7 @@ def _check(case: Any, run: Any, backend: Any, progress: Any, record_property: An
         record_property(f"longctx.baseline_{verdict.metric}", verdict.baseline)
         record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not any(v.applicable for v in verdicts):
-        reason = (f"no counted target (|eff_ref| >= {run.thresholds.min_effect:g} nat)" if config_kind(case.config) == "rules"
+        reason = (f"no counted target (|eff_ref| >= {run.options.thresholds.min_effect:g} nat)" if config_kind(case.config) == "rules"
                   else "no scored item")
         skip(f"{case.key}: {reason}, nothing to check")
     failed = [v for v in verdicts if not v.passed]

@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from pytest_longctx.gate.verdicts import row_of
+from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.verdicts import Evaluation, row_of
 
 
-def results_json(run: Any, evaluation: Any) -> dict[str, Any]:
+def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
     """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
     return {
         "rows": evaluation.rows,
