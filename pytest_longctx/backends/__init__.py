@@ -1,11 +1,12 @@
 """Backends: the transformers one (``hf``), llama.cpp's (``llama.cpp``), or any factory named as
 ``module:factory`` or registered in the ``pytest_longctx.backends`` entry-point group that builds
-an object with ``read(ids, positions, tokens)`` (see ``base.Backend``)."""
+an object with ``read(ids, positions, tokens, top_k=0)`` (see ``base.Backend``)."""
 from __future__ import annotations
 
 import inspect
 from typing import Any, Sequence
 
+from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError
 
@@ -28,7 +29,7 @@ def backend_options(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",
-                 options: Sequence[str] = (), trust_remote_code: bool = False) -> tuple[Any, Any]:
+                 options: Sequence[str] = (), trust_remote_code: bool = False) -> tuple[Backend, Any]:
     """(backend, tokenizer) for a model reference.
 
     ``backend`` is ``hf`` (transformers), ``llama.cpp``, an entry point's name or

@@ -1,9 +1,13 @@
-"""The backend protocol: anything that can read teacher-forced predictions can be scored."""
+"""The backend protocol: anything that can read teacher-forced predictions can be scored.
+
+``Backend`` reads whole sequences; a ``SessionBackend`` also hands out ``ReadSession``s, one
+sequence read piece by piece whose state can be saved and rewound, through which the engine
+runs shared prefixes once."""
 from __future__ import annotations
 
 import bisect
 import inspect
-from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, TypeGuard, runtime_checkable
 
 # At most this many read positions per forward call: bounds the [reads, vocab] logits.
 MAX_READS_PER_CALL = 256
@@ -23,45 +27,130 @@ class ReadResult(NamedTuple):
 class Backend(Protocol):
     """Reads predictions of a causal language model.
 
-    ``read(ids, positions, tokens)`` runs the model over ``ids`` and, for each
+    ``read(ids, positions, tokens, top_k=0)`` runs the model over ``ids`` and, for each
     ``positions[i]``, returns the arg-max next token and the log-probabilities (natural
     log, full-vocabulary softmax) of every id in ``tokens[i]`` as the token that follows
     that position. Positions may come in any order; results follow the given order.
 
-    A backend that also takes a keyword ``top_k`` (``read(ids, positions, tokens,
-    top_k=16)``) returns, in ``ReadResult.top``, the ``top_k`` most likely next tokens at
-    each position with their log-probabilities, most likely first: a baseline made with
-    such a backend stores them, and later candidates are compared with it token
-    distribution against token distribution (docs/metrics.md#drift). Candidates need only
-    ``read``: they are asked for the log-probabilities of the baseline's ids.
+    With ``top_k > 0`` it also returns, in ``ReadResult.top``, the ``top_k`` most likely next
+    tokens at each position with their log-probabilities, most likely first: a baseline made
+    with such a backend stores them, and later candidates are compared with it token
+    distribution against token distribution (docs/metrics.md#drift). A candidate needs no
+    top-k: it is compared through the log-probabilities of the baseline's ids. A backend
+    whose ``read(ids, positions, tokens)`` takes no ``top_k`` (the protocol's first form) is
+    still scored, and asked for no top-k (``conforming``).
 
-    A backend may also expose ``tokenizer`` (a Hugging Face tokenizer, for the ``text``
-    mode; when None, ``tokenizer_missing`` may say why) and ``describe() -> dict`` (model
-    id, weight fingerprint, dtype, device, library versions: recorded in results and
-    baselines), ``context_window`` (the longest sequence it was trained for, or None):
-    texts longer than that are refused unless the user allows them, and ``vocab_size``
-    (the token ids it takes): larger ids are refused before any forward pass. The engine
-    refuses any log-probability above 0 (logits passed off as log-probabilities). ``session()`` (see the transformers backend) lets the
-    engine run shared prefixes once; its ``advance`` takes ``top_k`` as ``read`` does.
+    Optional members, each looked up with ``getattr``:
+
+    * ``tokenizer``: a Hugging Face tokenizer, for the ``text`` mode; when None,
+      ``tokenizer_missing`` may say why;
+    * ``describe() -> dict``: model id, weight fingerprint, dtype, device, library versions,
+      recorded in results and baselines;
+    * ``context_window``: the longest sequence it was trained for, or None: texts longer than
+      that are refused unless the user allows them;
+    * ``vocab_size``: the token ids it takes: larger ids are refused before any forward pass;
+    * ``session() -> ReadSession`` (``SessionBackend``): the engine runs shared prefixes once.
+
+    The engine refuses any log-probability above 0 (logits passed off as log-probabilities).
     """
 
-    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]]) -> ReadResult: ...
+    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult: ...
 
 
-def describe(backend: Any) -> dict[str, Any]:
+@runtime_checkable
+class ReadSession(Protocol):
+    """One sequence read piece by piece: the model's state (its KV cache) after the tokens read
+    so far, which the engine saves at a branch point of its prefix tree and rewinds to."""
+
+    def advance(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]],
+                top_k: int = 0) -> ReadResult:
+        """Run ``ids`` after what was read so far and answer as ``Backend.read`` does;
+        ``positions`` index into ``ids``."""
+        ...
+
+    def snapshot(self) -> Any:
+        """The state here, opaque to the engine: handed back to ``restore``."""
+        ...
+
+    def restore(self, snapshot: Any, last: bool = False) -> None:
+        """Back to a snapshot; ``last``: no later restore needs it (a copied state may be
+        taken over instead of copied again)."""
+        ...
+
+
+@runtime_checkable
+class SessionBackend(Backend, Protocol):
+    """A backend whose sequences can be read piece by piece (see ``ReadSession``)."""
+
+    def session(self) -> ReadSession:
+        """A new session at the start of a sequence."""
+        ...
+
+
+def has_sessions(backend: Backend) -> TypeGuard[SessionBackend]:
+    """Whether the backend hands out sessions (the engine then runs shared prefixes once)."""
+    return callable(getattr(backend, "session", None))
+
+
+def describe(backend: Backend) -> dict[str, Any]:
     """What a backend says about itself, or its class name."""
     info = backend.describe() if hasattr(backend, "describe") else {}
     return {"backend": type(backend).__name__, **info}
 
 
-def takes_top_k(method: Callable[..., Any]) -> bool:
-    """Whether a backend's ``read`` (or a session's ``advance``) accepts the ``top_k`` keyword."""
-    try:
-        parameters = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-    return "top_k" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+# --------------------------------------------------------------- the protocol's first form
 
+
+class _ReadWithoutTopK:
+    """A backend whose ``read`` takes no ``top_k``, as a Backend: asked for top-k, it gives none."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
+        return self.backend.read(ids, positions, tokens)
+
+
+class _SessionsWithoutTopK(_ReadWithoutTopK):
+    """Such a backend with sessions, whose ``advance`` may take no ``top_k`` either."""
+
+    def __init__(self, backend: SessionBackend):
+        super().__init__(backend)
+        self.sessions = backend
+
+    def session(self) -> ReadSession:
+        return _AdvanceWithoutTopK(self.sessions.session())
+
+
+class _AdvanceWithoutTopK:
+    def __init__(self, session: ReadSession):
+        self.session = session
+
+    def advance(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]],
+                top_k: int = 0) -> ReadResult:
+        return self.session.advance(ids, positions, tokens)
+
+    def snapshot(self) -> Any:
+        return self.session.snapshot()
+
+    def restore(self, snapshot: Any, last: bool = False) -> None:
+        self.session.restore(snapshot, last=last)
+
+
+def conforming(backend: Backend, top_k: int) -> tuple[Backend, int]:
+    """(the backend as the protocol has it, the ``top_k`` to ask it for): a backend whose ``read``
+    takes no ``top_k`` keyword (the protocol's first form, still accepted) is adapted once,
+    where scoring starts, and asked for no top-k."""
+    try:
+        parameters = inspect.signature(backend.read).parameters
+    except (TypeError, ValueError):  # no signature to inspect (a builtin): taken as the first form
+        parameters = {}
+    if "top_k" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return backend, top_k
+    return (_SessionsWithoutTopK(backend) if has_sessions(backend) else _ReadWithoutTopK(backend)), 0
+
+
+# --------------------------------------------------------------- reading in forward calls
 
 def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) -> Iterator[tuple[int, int, slice]]:
     """(start, stop, slice of ``sorted_positions``) per forward call over tokens ``[0, end)``:
@@ -78,7 +167,7 @@ def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) ->
         start, first = stop, last
 
 
-def read_by_session(make_session: Callable[[], Any], ids: Sequence[int], positions: Sequence[int],
+def read_by_session(make_session: Callable[[], ReadSession], ids: Sequence[int], positions: Sequence[int],
                     tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
     """``read`` for a backend with sessions: one new session over ``ids`` cut after the last
     read position (never run past it)."""

@@ -7,9 +7,10 @@
    (``backend.session()``): each shared prefix once, each continuation only its suffix.
    Otherwise each request is one ``backend.read``.
 
-With ``top_k``, a backend that takes the keyword also answers the ``top_k`` most likely
-next tokens at every read (what a baseline stores for the drift rows); a read's ``also``
-tokens (a baseline's top ids, for a candidate) are read beside its own token.
+With ``top_k``, the backend also answers the ``top_k`` most likely next tokens at every read
+(what a baseline stores for the drift rows; a backend of the protocol's first form, whose
+``read`` takes no ``top_k``, is asked for none: ``backends.base.conforming``); a read's
+``also`` tokens (a baseline's top ids, for a candidate) are read beside its own token.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends.base import TopK, takes_top_k
+from pytest_longctx.backends.base import Backend, SessionBackend, TopK, conforming, has_sessions
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import prefix_tree
@@ -156,7 +157,7 @@ def _check_at_most_zero(name: str, item: Callable[[int], str], index: int, asked
             raise _above_zero(name, item(index), index, token, value, " (among its top-k)")
 
 
-def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int,
+def _answers(backend: Backend, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int,
              item: Callable[[int], str] = lambda index: "?") -> Answers:
     """A backend's ``ReadResult`` as answers, checked: anything else, or a log-probability
     above 0, is one line naming the backend, the item (``item(index)`` names the one that
@@ -196,23 +197,25 @@ def _answers(backend: Any, method: str, result: Any, indices: list[int], tokens:
     return answers
 
 
-def _read_each(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int,
+def _read_each(backend: Backend, reader: Backend, requests: list[Request], tracker: _Tracker, top_k: int,
                named: Callable[[Request], str]) -> list[Answers]:
+    """Each request one ``read``; ``reader``: ``backend`` as the protocol has it (``conforming``)."""
     tracker.start(sum(len(r.ids) for r in requests))
-    extra = {"top_k": top_k} if top_k else {}
     answers = []
     for number, request in enumerate(requests):
         indices = sorted(request.reads)
         tokens = [sorted(request.reads[i]) for i in indices]
-        answers.append(_answers(backend, "read", backend.read(request.ids, indices, tokens, **extra), indices, tokens, top_k,
+        result = reader.read(request.ids, indices, tokens, top_k=top_k)
+        answers.append(_answers(backend, "read", result, indices, tokens, top_k,
                                 lambda _, request=request: named(request)))
         tracker.tokens(len(request.ids))
         tracker.answered(number)
     return answers
 
 
-def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: int,
+def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
                named: Callable[[Request], str]) -> list[Answers]:
+    """The requests as a prefix tree through one session: each shared prefix once."""
     root, paths = prefix_tree.build([r.ids for r in requests])
     asker: dict[tuple[int, int], Request] = {}  # (node, prediction index) -> a request that reads there
     for request, path in zip(requests, paths):
@@ -221,15 +224,14 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: 
             node.reads.setdefault(index, set()).update(tokens)
             asker.setdefault((id(node), index), request)
     tracker.start(prefix_tree.total_tokens(root))
-    session = backend.session()
-    extra = {"top_k": top_k} if top_k and takes_top_k(session.advance) else {}
+    session = reader.session()
 
     def visit(node: prefix_tree.Node) -> None:
         if node.tokens:
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
-            result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens, **extra)
-            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k if extra else 0,
+            result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens, top_k=top_k)
+            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k,
                                          lambda index: named(asker[id(node), index])))
             tracker.tokens(node.tokens)
         for number in node.ends:
@@ -246,7 +248,7 @@ def _read_tree(backend: Any, requests: list[Request], tracker: _Tracker, top_k: 
     return [{i: prefix_tree.node_at(path, i).results[i] for i in request.reads} for request, path in zip(requests, paths)]
 
 
-def check_vocabulary(backend: Any, requests: list[Request], named: Callable[[Request], str]) -> None:
+def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[[Request], str]) -> None:
     """Before any forward pass: one line when a token id fed or asked for is beyond the
     backend's ``vocab_size`` (the model would fail with an index error, or read garbage)."""
     size = getattr(backend, "vocab_size", None)
@@ -263,14 +265,14 @@ def check_vocabulary(backend: Any, requests: list[Request], named: Callable[[Req
 
 
 def run(
-    backend: Any, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
+    backend: Backend, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
     top_k: int = 0,
 ) -> list[ItemReadScores]:
     """Scores of every read of every planned item (its targets, then its control reads).
     ``progress(items, tokens)`` makes the progress display once the work left is known;
-    ``cache`` answers known requests; ``top_k``: also the most likely tokens at every read,
-    when the backend's ``read`` takes the keyword (else none are asked for)."""
-    top_k = top_k if top_k and takes_top_k(backend.read) else 0
+    ``cache`` answers known requests; ``top_k``: also the most likely tokens at every read
+    (none from a backend whose ``read`` takes no ``top_k``: ``conforming``)."""
+    reader, top_k = conforming(backend, top_k)
     requests, where = collect(plans)
 
     def named(request: Request) -> str:
@@ -283,10 +285,11 @@ def run(
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
     tracker = _Tracker(progress, subset, len(plans))
-    use_tree = reuse_prefixes and callable(getattr(backend, "session", None))
     try:
-        if subset:
-            computed = (_read_tree if use_tree else _read_each)(backend, subset, tracker, top_k, named)
+        if subset and reuse_prefixes and has_sessions(reader):
+            computed = _read_tree(backend, reader, subset, tracker, top_k, named)
+        elif subset:
+            computed = _read_each(backend, reader, subset, tracker, top_k, named)
         else:
             computed = []
             tracker.start(0)
