@@ -2,12 +2,15 @@
 
 ``Backend`` reads whole sequences; a ``SessionBackend`` also hands out ``ReadSession``s, one
 sequence read piece by piece whose state can be saved and rewound, through which the engine
-runs shared prefixes once."""
+runs shared prefixes once. ``advance_in_calls`` is the body every built-in session's
+``advance`` shares: each backend supplies only its forward step."""
 from __future__ import annotations
 
 import bisect
 import inspect
 from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence, TypeGuard, runtime_checkable
+
+from pytest_longctx.errors import LongctxError
 
 # At most this many read positions per forward call: bounds the [reads, vocab] logits.
 MAX_READS_PER_CALL = 256
@@ -150,7 +153,14 @@ def conforming(backend: Backend, top_k: int) -> tuple[Backend, int]:
     return (_SessionsWithoutTopK(backend) if has_sessions(backend) else _ReadWithoutTopK(backend)), 0
 
 
-# --------------------------------------------------------------- reading in forward calls
+# --------------------------------------------------------------- the sessions' shared body
+
+Prediction = tuple[int, list[float], TopK | None]  # at one read: top-1 id, log p of the tokens asked for, the top-k or None
+# A backend's forward step: (start, stop, rows, tokens, top_k) runs tokens [start, stop) of the
+# piece after what the session holds and answers, per row (a read position minus start,
+# ascending), the Prediction for the tokens asked for there (the top-k only when top_k > 0).
+ForwardStep = Callable[[int, int, list[int], list[Sequence[int]], int], list[Prediction]]
+
 
 def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) -> Iterator[tuple[int, int, slice]]:
     """(start, stop, slice of ``sorted_positions``) per forward call over tokens ``[0, end)``:
@@ -165,6 +175,28 @@ def forward_calls(sorted_positions: Sequence[int], end: int, chunk_size: int) ->
             stop = int(sorted_positions[last - 1]) + 1
         yield start, stop, slice(first, last)
         start, first = stop, last
+
+
+def advance_in_calls(length: int, positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int,
+                     chunk_size: int, forward: ForwardStep) -> ReadResult:
+    """A session's ``advance`` over a piece of ``length`` tokens, written once for every backend:
+    the reads in ascending order, ``forward`` once per call of ``forward_calls``, and its
+    predictions gathered into a ``ReadResult`` in the order of ``positions``."""
+    if any(not 0 <= position < length for position in positions):
+        raise LongctxError(f"read position outside the {length} tokens given")
+    order = sorted(range(len(positions)), key=positions.__getitem__)  # stable: equal positions keep their order
+    ordered = [int(positions[i]) for i in order]
+    top1: list[int] = [0] * len(positions)
+    logprobs: list[list[float]] = [[] for _ in positions]
+    top: list[TopK] = [([], []) for _ in positions]
+    for start, stop, picked in forward_calls(ordered, length, chunk_size):
+        indices = order[picked]
+        predictions = forward(start, stop, [p - start for p in ordered[picked]], [tokens[i] for i in indices], top_k)
+        for index, (best, asked, most) in zip(indices, predictions):
+            top1[index], logprobs[index] = best, asked
+            if most is not None:
+                top[index] = most
+    return ReadResult(top1, logprobs, top if top_k else None)
 
 
 def read_by_session(make_session: Callable[[], ReadSession], ids: Sequence[int], positions: Sequence[int],

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
-from pytest_longctx.backends.base import ReadResult, forward_calls, read_by_session
+from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -234,10 +234,10 @@ class TransformersBackend:
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
         return read_by_session(self.session, ids, positions, tokens, top_k)
 
-    def session(self) -> Session:
+    def session(self) -> TransformersReadSession:
         """A sequence read piece by piece, whose state can be saved and rewound: the engine
         runs shared prefixes once through it."""
-        return Session(self)
+        return TransformersReadSession(self)
 
     # -------------------------------------------------------------- identity
 
@@ -263,45 +263,38 @@ class TransformersBackend:
         }
 
 
-class Session:
-    """The model's state after the tokens read so far (its KV cache)."""
+class TransformersReadSession:
+    """A ``ReadSession``: the model's state after the tokens read so far (its KV cache)."""
 
     def __init__(self, backend: TransformersBackend):
         self.backend = backend
         self.cache: Any = None
         self.length = 0
 
-    def advance(self, ids: np.ndarray, positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
+    def advance(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
         """Run ``ids`` after what was read so far; ``positions`` index into ``ids``; ``top_k``: also
         the ``top_k`` most likely next tokens at each position."""
         torch = _torch()
-        backend = self.backend
-        wanted = np.asarray(positions, dtype=np.int64)
-        if len(wanted) and (wanted.min() < 0 or wanted.max() >= len(ids)):
-            raise LongctxError(f"read position outside the {len(ids)} tokens given")
-        input_ids = torch.tensor(np.asarray(ids, dtype=np.int64), device=backend.device)[None]  # [1, n]
-        order = np.argsort(wanted, kind="stable")
-        top1: list[int] = [0] * len(wanted)
-        logprobs: list[list[float]] = [[] for _ in wanted]
-        top: list[tuple[list[int], list[float]]] = [([], []) for _ in wanted]
+        input_ids = torch.tensor(np.asarray(ids, dtype=np.int64), device=self.backend.device)[None]  # [1, n]
+
+        def forward(start: int, stop: int, rows: list[int], asked: list[Sequence[int]], top_k: int) -> list[Prediction]:
+            backend = self.backend
+            keep = torch.as_tensor(rows, dtype=torch.long, device=backend.device)  # [k]
+            out = backend.model(input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep,
+                                **{backend.cache_kwarg: self.cache})
+            self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+            logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
+            best = logp.argmax(dim=-1).tolist()
+            if top_k:
+                values, indices = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [k, top_k], most likely first
+            return [(int(best[row]), logp[row, torch.as_tensor(list(wanted), dtype=torch.long, device=logp.device)].tolist(),
+                     (indices[row].tolist(), values[row].tolist()) if top_k else None)
+                    for row, wanted in enumerate(asked)]
+
         with torch.inference_mode():
-            for start, stop, picked in forward_calls(wanted[order], len(ids), backend.chunk_size):
-                keep = torch.as_tensor(wanted[order[picked]] - start, device=backend.device)  # [k]
-                out = backend.model(input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep,
-                                    **{backend.cache_kwarg: self.cache})
-                self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
-                logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
-                best = logp.argmax(dim=-1).tolist()
-                if top_k:
-                    values, indices = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # [k, top_k], most likely first
-                for row, index in enumerate(order[picked]):
-                    top1[index] = int(best[row])
-                    asked = torch.as_tensor(list(tokens[index]), dtype=torch.long, device=logp.device)
-                    logprobs[index] = logp[row, asked].tolist()
-                    if top_k:
-                        top[index] = (indices[row].tolist(), values[row].tolist())
+            result = advance_in_calls(len(ids), positions, tokens, top_k, self.backend.chunk_size, forward)
         self.length += len(ids)
-        return ReadResult(top1, logprobs, top if top_k else None)
+        return result
 
     def snapshot(self) -> tuple[int, Any]:
         """The state here. Plain KV caches are rewound by cutting them back to this length;
