@@ -138,12 +138,12 @@ def test_a_state_copied_at_branch_points_gives_the_same_numbers(backend, plans):
 
 def test_the_context_grows_to_the_longest_read_and_keeps_the_sequence(backend, naive, plans):
     ids = max((s for p in plans for s in p.sequences), key=len)
-    backend._context = None  # start small: the first piece needs one step of the context
+    backend.current = None  # start small: the first piece needs one step of the context
     session = backend.session()
     first = session.advance(ids[:200], [199], [[int(ids[200])]])
-    assert backend._context.size == 256
+    assert backend.current.size == 256
     rest = session.advance(ids[200:], [len(ids) - 201], [[int(ids[-1])]])
-    assert backend._context.size >= len(ids) and backend._context.size % 256 == 0
+    assert backend.current.size >= len(ids) and backend.current.size % 256 == 0
     rows = naive.logprobs(ids)
     assert abs(first.logprobs[0][0] - rows[199][ids[200]]) < TOLERANCE
     assert abs(rest.logprobs[0][0] - rows[len(ids) - 1][ids[-1]]) < TOLERANCE

@@ -114,7 +114,7 @@ def test_the_plugin_takes_backend_options_and_fails_the_gate_with_a_bad_one(pyte
 
 
 def test_the_default_physical_batch_never_exceeds_the_call():
-    from pytest_longctx.backends.llama_cpp import parse_settings
+    from pytest_longctx.backends.llama_cpp.settings import parse_settings
 
     assert parse_settings({"batch-size": "64"}).ubatch_size == 64
     assert parse_settings({"batch-size": "4096"}).ubatch_size == 512
