@@ -128,8 +128,3 @@ def headline(sets: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[dict[str
             rows[name], where[name] = _value(source, by_length), source
     return rows, where
 
-
-def headline_rows(sets: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
-    """``headline`` with each source as the results JSON writes it (what ``score_sets``' results hold)."""
-    rows, where = headline(sets)
-    return rows, {name: source.to_json() for name, source in where.items()}

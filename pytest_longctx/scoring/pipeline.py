@@ -15,7 +15,7 @@ from pytest_longctx.data.records import FAITHFULNESS, config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics import drift, facts, faithfulness, rules, tool_calls
 from pytest_longctx.metrics.raw import is_nonfinite
-from pytest_longctx.metrics.rows import headline_rows
+from pytest_longctx.metrics.rows import RowSource, headline
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.cache import ScoreCache
@@ -33,7 +33,7 @@ class Results:
     and raw scores."""
 
     rows: dict[str, float | None]
-    row_sources: dict[str, dict[str, Any]]
+    row_sources: dict[str, RowSource]
     sets: dict[str, dict[str, dict[str, Any]]]
     mode: str
     meta: dict[str, Any]
@@ -43,8 +43,9 @@ class Results:
     min_effect: float = rules.COUNT_NATS  # the rules targets' count threshold the sets were computed with
 
     def to_json(self) -> dict[str, Any]:
+        sources = {name: source.to_json() for name, source in self.row_sources.items()}
         return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
-                "meta": {**self.meta, "min_effect": self.min_effect}, "row_sources": self.row_sources,
+                "meta": {**self.meta, "min_effect": self.min_effect}, "row_sources": sources,
                 "scores": self.scores.to_json()["scores"]}  # per-target raw scores: what `longctx compare` reads
 
     def nonfinite(self) -> list[str]:
@@ -221,7 +222,7 @@ def score_sets(
         scores.meta["mode_fallback"] = fallback[0]
     warnings = (advisory_differences(reference.meta, scores.meta) + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
-    rows, row_sources = headline_rows(sets)
+    rows, row_sources = headline(sets)
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
                    reference=reference.path if reference is not None else None, warnings=warnings, min_effect=min_effect)
 
