@@ -276,3 +276,30 @@ def test_readme_shows_the_example_workflow_as_committed() -> None:
     workflow = WORKFLOW.read_text().splitlines()
     excerpt = next(block for block in FENCE.findall(README.read_text()) if "--longctx-only" in block and "run: |" in block)
     assert [line for line in excerpt.splitlines() if line.strip() and line not in workflow] == []
+
+
+def unlisted_modules(architecture: str, package: Path) -> list[str]:
+    """The package's modules that docs/architecture.md does not name in their row: a layer's own
+    modules in the layer table's row (``| scoring | ...``), a folder's inside a layer in the row
+    of that folder (``| `backends/llama_cpp/` | ...``); foundation modules by file name."""
+    rows = {line.split("|")[1].strip().strip("`"): line for line in architecture.splitlines() if line.startswith("| ")}
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[-1] in ("__init__", "__main__"):
+            continue
+        if len(parts) == 1:
+            row, name = rows.get("foundation", ""), f"{parts[0]}.py"
+        else:
+            layer = {1: parts[0], 2: f"{parts[0]}/{parts[1]}/"}.get(len(parts) - 1, "")
+            row, name = rows.get(layer, ""), parts[-1]
+        if f"`{name}`" not in row:
+            missing.append("/".join(parts))
+    return missing
+
+
+def test_architecture_names_every_module() -> None:
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    assert unlisted_modules(architecture, ROOT / "pytest_longctx") == []
+    # and it would notice one more
+    assert unlisted_modules(architecture.replace("`modes`", "`nodes`"), ROOT / "pytest_longctx") == ["scoring/modes"]
