@@ -1,4 +1,4 @@
-"""The README's picture of the HTML report: ``longctx compare BASELINE RESULTS --format
+"""The picture of the HTML report in docs/evidence.md: ``longctx compare BASELINE RESULTS --format
 html``, then a screenshot of the page's top in headless Chromium (Debian's package).
 
     # from any run: a baseline (or --save_scores file) and the model's results
@@ -6,7 +6,7 @@ html``, then a screenshot of the page's top in headless Chromium (Debian's packa
     longctx score --model ./smollm2-int4 --lengths 8k --reference_scores base.json.gz --out mine.json
     python benchmarks/report_picture.py base.json.gz mine.json --out docs/report.png
 
-    # the picture in the README today: SmolLM2 with attention limited to its last 512
+    # the picture in docs/evidence.md today: SmolLM2 with attention limited to its last 512
     # tokens, against the committed baseline (the results the validity study leaves)
     python benchmarks/gate_validity.py --lengths 2k,8k --limit 4 --only window512
     python benchmarks/report_picture.py baselines/smollm2-135m.json.gz variants/results/window512.json \
@@ -80,7 +80,7 @@ def main() -> int:
             os.chdir(work)  # the page names the files as given: short names, no temporary paths
         from pytest_longctx.cli import main as longctx
 
-        if args.model_name:  # e.g. a variant's folder, named as in the README rather than by its path here
+        if args.model_name:  # e.g. a variant's folder, named as in docs/evidence.md rather than by its path here
             results = json.loads(Path(args.results).read_text())
             results["meta"]["model"] = args.model_name
             args.results = str(work / Path(args.results).name)

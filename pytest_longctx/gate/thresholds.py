@@ -66,7 +66,7 @@ class Thresholds:
     retained: float = 0.90
     follow: float = 0.90
     item_drop: float = 1.0
-    kl: float = 0.05  # calibrated on SmolLM2 (README, "Drift"): the model itself 0, int8 far below it
+    kl: float = 0.05  # calibrated on SmolLM2 (docs/evidence.md, "Why 0.05 nats"): the model itself 0, int8 far below it
     overrides: tuple[Override, ...] = ()
     # the verdict rule: None, the point estimate against the threshold; A, a row or cell fails only when its
     # shortfall beyond the threshold is significant at level A (--longctx-alpha, docs/metrics.md#uncertainty)
