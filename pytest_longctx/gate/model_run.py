@@ -30,6 +30,16 @@ from pytest_longctx.scoring.pipeline import compute_sets, score_items
 from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
 
 
+def dtype_note(baseline_meta: dict[str, Any], meta: dict[str, Any]) -> str | None:
+    """The warning for a baseline of the same model and configuration in another dtype: what
+    the gate then measures is the rounding alone (docs/performance.md#dtypes)."""
+    if baseline_meta.get("dtype") == meta.get("dtype") or any(baseline_meta.get(k) != meta.get(k) for k in ("model", "config")):
+        return None
+    return (f"the baseline is this model in {baseline_meta.get('dtype')}, this run in {meta.get('dtype')}: a dtype change "
+            "alone drifts by rounding (docs/performance.md#dtypes); make the baseline in the candidate's dtype "
+            "(--longctx-dtype) to gate the model, not the rounding")
+
+
 class GateRun:
     """The model gate's run (a ``GateSession``): the data and the baseline, what the
     selected tests need, the scores, and the verdicts."""
@@ -192,6 +202,9 @@ class GateRun:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:
                 self.warnings.extend(f"the baseline differs in {d}" for d in advisory_differences(self.baseline.meta, self.scores.meta))
+                note = dtype_note(self.baseline.meta, self.scores.meta)
+                if note:
+                    self.warnings.append(note)
         self.merge(part)
 
     def merge(self, part: ScoresFile) -> None:
