@@ -8,6 +8,7 @@ import textwrap
 import pytest
 from conftest import needs, needs_smollm2
 
+from pytest_longctx import backends
 from pytest_longctx.backends import load_backend
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
@@ -54,8 +55,11 @@ def test_other_dtypes_and_devices_are_refused(fake_gguf):
     assert "--device cpu with --backend-option gpu-layers=4: choose one" in error_of(str(fake_gguf), ["gpu-layers=4"], device="cpu")
 
 
-def test_a_backend_without_options_says_so(fake_gguf):
-    assert error_of(str(fake_gguf), ["threads=2"], backend="hf") == "--backend hf: takes no --backend-option (given: threads)"
+def test_a_backend_without_options_says_so(fake_gguf, monkeypatch):
+    monkeypatch.setitem(backends.BUILTIN, "plain", lambda model, dtype, device: None)
+    assert error_of(str(fake_gguf), ["threads=2"], backend="plain") == "--backend plain: takes no --backend-option (given: threads)"
+    assert error_of(str(fake_gguf), ["threads=2"], backend="hf").startswith(
+        "--backend-option threads=2: the transformers backend has no option 'threads'")
 
 
 def test_a_missing_file_a_folder_and_a_foreign_file(tmp_path):

@@ -7,15 +7,17 @@ a ``[seq, vocab]`` matrix.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 from importlib.metadata import distribution
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -72,6 +74,46 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
+# accelerate's big-model loading (``--backend-option device-map=…``): its strategies, by name
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+SIZE = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B)?", re.IGNORECASE)
+
+
+def loading_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """``--backend-option`` settings as ``from_pretrained`` keywords: ``device-map`` (one of
+    ``DEVICE_MAPS``: the model spread over the visible GPUs, then the CPU, then
+    ``offload-folder``), ``max-memory`` (``0:10GiB,1:20GiB,cpu:30GiB``: what each device may
+    hold), ``offload-folder`` (where weights that fit nowhere else go)."""
+    known = {"device-map": "device_map", "max-memory": "max_memory", "offload-folder": "offload_folder"}
+    for key, value in options.items():
+        if key not in known:
+            raise LongctxError(f"--backend-option {key}={value}: the transformers backend has no option {key!r}; "
+                               f"it takes {', '.join(known)}")
+    loading: dict[str, Any] = {known[key]: value for key, value in options.items()}
+    if "device_map" not in loading and loading:
+        key = next(iter(options))
+        raise LongctxError(f"--backend-option {key}={options[key]}: needs device-map=… (auto: across the visible GPUs, "
+                           "then the CPU)")
+    if loading.get("device_map", "auto") not in DEVICE_MAPS:
+        raise LongctxError(f"--backend-option device-map={loading['device_map']}: expected {', '.join(DEVICE_MAPS[:-1])} "
+                           f"or {DEVICE_MAPS[-1]}")
+    if "max_memory" in loading:
+        loading["max_memory"] = _max_memory(loading["max_memory"])
+    return loading
+
+
+def _max_memory(text: str) -> dict[int | str, str]:
+    """``0:10GiB,cpu:30GiB`` as accelerate's ``max_memory``: GPU indices as ints."""
+    budget: dict[int | str, str] = {}
+    for part in text.split(","):
+        device, colon, size = (x.strip() for x in part.partition(":"))
+        if not colon or not (device.isdigit() or device in ("cpu", "mps")) or not SIZE.fullmatch(size):
+            raise LongctxError(f"--backend-option max-memory={text}: expected DEVICE:SIZE, comma-separated, with DEVICE a "
+                               "GPU index or cpu and SIZE like 10GiB (e.g. 0:10GiB,1:20GiB,cpu:30GiB)")
+        budget[int(device) if device.isdigit() else device] = size
+    return budget
+
+
 def _locate(model: str) -> tuple[str, dict[str, Any]]:
     """(path or id for from_pretrained, extra kwargs): a folder, a .gguf file, or a hub id."""
     path = Path(model).expanduser()
@@ -118,10 +160,13 @@ def missing_tokenizer(folder: str) -> str:
     return f"{folder} has no tokenizer files ({' / '.join(TOKENIZER_FILES[:2])} with a vocabulary)"
 
 
-def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False):
+def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
+                    loading: Mapping[str, Any] | None = None):
     """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error;
     the tokenizer is None for a folder without tokenizer files (the ids mode needs none,
-    the text mode says so: ``missing_tokenizer``). A model that needs its own Python code (``auto_map`` in its config) is refused unless
+    the text mode says so: ``missing_tokenizer``). ``loading``: ``loading_options``' keywords (a
+    device map places the model itself; ``device`` then stays auto). A model that needs its own
+    Python code (``auto_map`` in its config) is refused unless
     ``trust_remote_code``: nothing is asked on stdin, nothing of the model's runs."""
     _torch()
     try:
@@ -129,6 +174,10 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     except ImportError:
         raise LongctxError("the transformers backend needs transformers: pip install 'pytest-longctx[hf]'") from None
     where, extra = _locate(model)
+    loading = dict(loading or {})
+    if loading and device != "auto":
+        raise LongctxError(f"--device {device} with --backend-option device-map={loading['device_map']}: choose one "
+                           "(the device map places the model; max-memory=… bounds each device)")
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)  # a dtype it cannot load is said as such, not as a damaged file
     damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
@@ -141,7 +190,7 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust, **extra) if has_files else None
         if tokenizer is not None and len(tokenizer) <= 1:  # no vocabulary: every text would be no tokens at all
             tokenizer = None
-        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra)
+        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra, **loading)
     except (OSError, ValueError) as exc:
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise LongctxError(f"--model {model}: the model needs its own Python code (auto_map in its config), which is "
@@ -153,13 +202,15 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
-    return loaded.to(device).eval(), tokenizer
+    return (loaded if loading else loaded.to(device)).eval(), tokenizer
 
 
-def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False) -> TransformersBackend:
-    """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias."""
+def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
+            options: Mapping[str, str] | None = None) -> TransformersBackend:
+    """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias; ``options``:
+    the ``--backend-option`` settings (``loading_options``)."""
     return TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model,
-                                    trust_remote_code=trust_remote_code)
+                                    trust_remote_code=trust_remote_code, loading=loading_options(options or {}))
 
 
 def smollm2_folder() -> str:
@@ -193,7 +244,7 @@ class TransformersBackend:
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
         forward = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._fingerprint: str | None = None
@@ -201,8 +252,9 @@ class TransformersBackend:
 
     @classmethod
     def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK,
-             name: str | None = None, trust_remote_code: bool = False) -> TransformersBackend:
-        loaded, tokenizer = load_pretrained(model, dtype, device, trust_remote_code)
+             name: str | None = None, trust_remote_code: bool = False,
+             loading: Mapping[str, Any] | None = None) -> TransformersBackend:
+        loaded, tokenizer = load_pretrained(model, dtype, device, trust_remote_code, loading)
         backend = cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
         backend.tokenizer_missing = missing_tokenizer(model) if tokenizer is None else None
         return backend
@@ -257,7 +309,7 @@ class TransformersBackend:
             "weights": self.weights_fingerprint(),
             "config": config_fingerprint(self.model),
             "dtype": ",".join(dtypes),
-            "device": self.device.type,
+            "device": placement(self.model) or self.device.type,
             "chunk_size": self.chunk_size,
             "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__)},
         }
@@ -317,6 +369,23 @@ class TransformersReadSession:
         self.length = length
 
 
+def input_device(model: Any) -> Any:
+    """Where the token ids go: a model dispatched by a device map runs from its hook's device
+    (its parameters may be on the meta device, offloaded), any other where its weights are."""
+    device = getattr(getattr(model, "_hf_hook", None), "execution_device", None)
+    return _torch().device(device) if device is not None else next(model.parameters()).device
+
+
+def placement(model: Any) -> str | None:
+    """The kinds of device a device map spread the model over (``cpu,cuda``, ``cpu,disk``), or
+    None for a model on one device."""
+    mapped = getattr(model, "hf_device_map", None)
+    if not mapped:
+        return None
+    kinds = {str(d) if str(d) in ("cpu", "disk", "meta") else _torch().device(d).type for d in mapped.values()}
+    return ",".join(sorted(kinds))
+
+
 def _plain_kv(cache: Any) -> bool:
     from transformers.cache_utils import DynamicLayer
 
@@ -347,10 +416,26 @@ def weights_fingerprint(model: Any) -> str:
     state = model.state_dict()
     with torch.inference_mode():
         for name in sorted(state):
-            tensor = state[name].detach().contiguous()
-            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
-            digest.update(_bits_checksum(tensor).to_bytes(8, "little", signed=True))
+            with _loaded(model, name, state[name]) as tensor:
+                tensor = tensor.detach().contiguous()
+                digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+                digest.update(_bits_checksum(tensor).to_bytes(8, "little", signed=True))
     return digest.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _loaded(model: Any, name: str, tensor: Any) -> Iterator[Any]:
+    """The tensor, or, offloaded by a device map (on the meta device), its weights read back
+    onto its module's device while it is checksummed: one module's at a time, never the model."""
+    if tensor.device.type != "meta":
+        yield tensor
+        return
+    from accelerate.utils.modeling import align_module_device
+
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner)
+    with align_module_device(module):
+        yield getattr(module, leaf)
 
 
 def _bits_checksum(tensor: Any, block: int = 1 << 22) -> int:
