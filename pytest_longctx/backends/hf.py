@@ -177,7 +177,8 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     loading = dict(loading or {})
     if loading and device != "auto":
         raise LongctxError(f"--device {device} with --backend-option device-map={loading['device_map']}: choose one "
-                           "(the device map places the model; max-memory=… bounds each device)")
+                           "(the device map places the model; max-memory=… bounds each device; under pytest-xdist, where "
+                           "worker N takes GPU N, run a device-mapped model with -n 0)")
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)  # a dtype it cannot load is said as such, not as a damaged file
     damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
