@@ -1,0 +1,58 @@
+"""``longctx blame --reference ORIGINAL --model CANDIDATE``: which parts of the candidate make
+the gate fail, and which to keep from the original (gate/blame.py, docs/blame.md)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pytest_longctx.backends.hf import factory
+from pytest_longctx.backends.parts import GRANULARITIES
+from pytest_longctx.cli.args import names
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.gate.blame import blame
+from pytest_longctx.paths import check_outputs
+from pytest_longctx.reports.blame import blame_text
+from pytest_longctx.reports.format import write_json
+from pytest_longctx.scoring.scores_file import load_scores
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("blame", help="which parts of a compressed model make the gate fail, and what to keep",
+                       description="Build hybrids of an original and its compressed candidate (transformers "
+                                   "checkpoints of one architecture) and measure, on the failing rows' items, how much "
+                                   "of the far drift each part accounts for; then the parts to keep so that it passes.")
+    p.add_argument("--reference", required=True, metavar="ORIGINAL", help="the original model: hub id, folder or alias")
+    p.add_argument("--model", required=True, metavar="CANDIDATE", help="the compressed model: hub id, folder or alias")
+    p.add_argument("--baseline", metavar="FILE",
+                   help="the original's baseline scores (.json.gz, with drift blocks); default: score the original now")
+    p.add_argument("--data", default="builtin", help="'builtin' (default), a local folder in the HF layout, or a hub id")
+    p.add_argument("--sets", type=names, help="configs to score, comma-separated (default: all present)")
+    p.add_argument("--lengths", type=names, help="splits to score, e.g. 2k,8k (default: all present)")
+    p.add_argument("--limit", type=int, help="the first N items of each config and length")
+    p.add_argument("--granularity", choices=GRANULARITIES, default="layer",
+                   help="layer (default): each decoder layer; block: attention, MLP and norms within each; tensor: every "
+                        "parameter; the embeddings, the LM head and the final norm are parts at each")
+    p.add_argument("--parts", type=names, metavar="NAMES", help="only these parts, comma-separated (e.g. layer.3,lm_head)")
+    p.add_argument("--rows", type=lambda text: [r.strip() for r in text.split(";") if r.strip()], metavar="ROWS",
+                   help="only these failing rows, ';'-separated, as the gate names them")
+    p.add_argument("--out", metavar="PATH", help="write the results JSON")
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_outputs([("--out", args.out)], inputs=[("--baseline", args.baseline)])
+    dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
+    baseline = load_scores(args.baseline, "baseline") if args.baseline else None
+    original = factory(args.reference, dtype=args.dtype, device=args.device)  # an alias resolves as for --model
+    candidate = factory(args.model, dtype=args.dtype, device=args.device)
+    found = blame(original.model, candidate.model, candidate.tokenizer or original.tokenizer, dataset, baseline,
+                  names=(args.reference, args.model), granularity=args.granularity, parts=args.parts, rows=args.rows,
+                  progress=not args.quiet)
+    print(blame_text(found))
+    if args.out:
+        write_json(args.out, found.to_json())
+        print(f"longctx: blame written to {args.out}", file=sys.stderr)
+    return 0

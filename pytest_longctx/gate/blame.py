@@ -1,0 +1,270 @@
+"""``longctx blame`` (docs/blame.md): which parts of a compression made the gate fail, and
+which to keep from the original so that it passes.
+
+The candidate is compared with the original's baseline as the gate compares it; the rows
+whose drift check fails (mean KL_K at far reads beyond the row's threshold) are blamed. On
+those rows' items only, each part is measured in two directions:
+
+* restore: the candidate with the part taken back from the original; its share is how much
+  of the candidate's far drift (and far excess: far minus near or control, gate/drift.py)
+  disappears, (candidate - hybrid) / candidate;
+* damage: the original with the part taken from the candidate; its share is how much of the
+  candidate's far drift appears, hybrid / candidate.
+
+Parts are ranked by restore share (the mean over the blamed rows). The fix set adds parts in
+that order, re-scoring the combined hybrid each step, until every blamed row's far drift is
+within its threshold (or no part left restores anything); the combined hybrid is then run through the gate on the whole
+selection (the verification: PASS or FAIL as the gate would say).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.backends.parts import Cost, Hybrid, Part, check_compatible, cost, model_parts, select_parts
+from pytest_longctx.data.load import Dataset
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.losses import losses
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import Evaluation, evaluate
+from pytest_longctx.numbers import meets
+from pytest_longctx.progress import Progress
+from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
+from pytest_longctx.scoring.pipeline import compute_sets, needed_fingerprints, score_items, score_sets
+from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
+
+RESTORE, DAMAGE = "restore", "damage"
+DISAGREE = 0.25  # restore and damage shares further apart than this are said to differ (parts interact)
+
+
+@dataclass(frozen=True)
+class RowState:
+    """A row's far drift (mean KL_K, nats) and far excess (far minus near or control) in one model."""
+
+    far: float | None
+    excess: float | None
+    threshold: float
+
+    @property
+    def within(self) -> bool:
+        return self.far is not None and meets(self.far, self.threshold, at_most=True)
+
+
+def row_states(evaluation: Evaluation, rows: Sequence[str]) -> dict[str, RowState]:
+    found = {}
+    for row in rows:
+        drift = evaluation.drift.get(row)
+        found[row] = RowState(drift.far.kl, drift.difference, drift.threshold) if drift else RowState(None, None, 0.0)
+    return found
+
+
+def _share(removed: float | None, of: float | None) -> float | None:
+    return None if removed is None or of is None or of <= 0 else removed / of
+
+
+@dataclass
+class PartBlame:
+    """One part: its cost and each blamed row's figures with it restored and with it damaged."""
+
+    part: Part
+    cost: Cost
+    restore: dict[str, RowState] = field(default_factory=dict)
+    damage: dict[str, RowState] = field(default_factory=dict)
+
+
+@dataclass
+class Blame:
+    """Everything ``longctx blame`` found; ``rows`` empty when the candidate passes."""
+
+    reference: str
+    model: str
+    granularity: str
+    passed: bool  # the candidate passes the gate: nothing to blame
+    rows: list[str] = field(default_factory=list)  # the blamed rows, in the gate's order
+    candidate: dict[str, RowState] = field(default_factory=dict)
+    parts: list[PartBlame] = field(default_factory=list)  # ranked by restore share, largest first
+    fix_set: list[str] = field(default_factory=list)
+    fix_steps: list[dict[str, RowState]] = field(default_factory=list)  # the rows after each part added
+    fixed: bool = False  # every blamed row's far drift within its threshold with the fix set
+    fix_cost: Cost | None = None
+    verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
+    notes: list[str] = field(default_factory=list)
+
+    def restore_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
+        before, after = getattr(self.candidate[row], figure), getattr(part.restore[row], figure)
+        return _share(None if before is None or after is None else before - after, before)
+
+    def damage_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
+        return _share(getattr(part.damage[row], figure), getattr(self.candidate[row], figure))
+
+    def score(self, part: PartBlame) -> float:
+        """The part's rank: its mean restore share of far drift over the blamed rows."""
+        shares = [s for s in (self.restore_share(part, row) for row in self.rows) if s is not None]
+        return sum(shares) / len(shares) if shares else 0.0
+
+    def differ(self, part: PartBlame, row: str) -> bool:
+        """Restore and damage tell different stories: the part interacts with the others."""
+        restored, damaged = self.restore_share(part, row), self.damage_share(part, row)
+        return restored is not None and damaged is not None and abs(restored - damaged) > DISAGREE
+
+    def to_json(self) -> dict[str, Any]:
+        def state(found: dict[str, RowState]) -> dict[str, Any]:
+            return {row: asdict(s) for row, s in found.items()}
+
+        return {
+            "reference": self.reference, "model": self.model, "granularity": self.granularity, "passed": self.passed,
+            "rows": self.rows, "candidate": state(self.candidate), "notes": self.notes,
+            "parts": [{"part": p.part.name, "rank": n + 1, "score": self.score(p), "cost": asdict(p.cost),
+                       "restore": state(p.restore), "damage": state(p.damage),
+                       "shares": {row: {"restore_far": self.restore_share(p, row),
+                                        "restore_excess": self.restore_share(p, row, "excess"),
+                                        "damage_far": self.damage_share(p, row),
+                                        "damage_excess": self.damage_share(p, row, "excess"),
+                                        "differ": self.differ(p, row)} for row in self.rows}}
+                      for n, p in enumerate(self.parts)],
+            "fix_set": {"parts": self.fix_set, "fixed": self.fixed, "steps": [state(s) for s in self.fix_steps],
+                        "cost": asdict(self.fix_cost) if self.fix_cost else None},
+            "verification": self.verification,
+        }
+
+
+class Scorer:
+    """Scores a model (a hybrid, as it stands) on the blamed rows' items against the baseline."""
+
+    def __init__(self, tokenizer: Any, dataset: Dataset, baseline: ScoresFile, mode: str, thresholds: Thresholds,
+                 rows: Sequence[str], progress: bool):
+        self.tokenizer, self.dataset, self.baseline, self.mode = tokenizer, dataset, baseline, mode
+        self.thresholds, self.rows, self.progress = thresholds, list(rows), progress
+        self.baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
+        self.runs = 0
+
+    def factory(self, label: str) -> Callable[[int, int], Progress] | bool:
+        if not self.progress:
+            return False
+        return lambda items, tokens: Progress(items, tokens, label=label)
+
+    def __call__(self, model: Any, label: str) -> dict[str, RowState]:
+        self.runs += 1
+        backend = TransformersBackend(model, self.tokenizer, name=label)  # a fresh one: the weights changed
+        scores = score_items(backend, self.tokenizer, self.dataset, self.mode, self.factory(f"blame {label}"),
+                             reference=self.baseline)
+        sets = compute_sets(self.dataset, scores, self.baseline, self.thresholds.min_effect)
+        return row_states(evaluate(sets, self.baseline_sets, self.thresholds), self.rows)
+
+
+def _rows_items(dataset: Dataset, evaluation: Evaluation, rows: Sequence[str]) -> Dataset:
+    """The items of the rows' sets (config and length): what the rows' drift is computed over."""
+    wanted = {(evaluation.row_sources[r].config, evaluation.row_sources[r].length) for r in rows}
+    return dataset.select({(c, n, item.id) for c, n, item in dataset.items() if (c, n) in wanted})
+
+
+def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: str) -> list[str]:
+    """The failing rows with drift figures (``--rows`` narrows them), in the gate's order."""
+    failing = evaluation.failing_rows()
+    measured = [r for r in evaluation.row_sources if r in failing and r in evaluation.drift]
+    if not measured:
+        raise LongctxError(f"the failing rows ({', '.join(sorted(failing))}) have no drift figures: blame measures drift "
+                           f"against the baseline's most likely tokens, which {baseline} does not hold for them; "
+                           "re-make the baseline with this version")
+    if wanted is None:
+        return measured
+    unknown = [r for r in wanted if r not in measured]
+    if unknown:
+        raise LongctxError(f"--rows {unknown[0]!r}: not a failing row with drift figures; they are: {'; '.join(measured)}")
+    return [r for r in measured if r in wanted]
+
+
+def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,
+          names: tuple[str, str] = ("original", "candidate"), thresholds: Thresholds | None = None,
+          granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
+          verify: bool = True, progress: bool = True) -> Blame:
+    """Blame the parts of ``candidate`` (a transformers model) for its failing rows against
+    ``original``'s ``baseline`` (None: the original is scored on ``dataset`` first). ``names``:
+    how both models are named (``--reference``, ``--model``). Both models are changed in place
+    while hybrids are scored, and are as loaded again on return."""
+    thresholds = thresholds or Thresholds()
+    check_compatible(original, candidate, *names)
+    chosen = select_parts(model_parts(candidate, granularity), parts, granularity)
+    if baseline is None:
+        baseline = score_sets(TransformersBackend(original, tokenizer, name=names[0]), tokenizer, dataset,
+                              progress=progress).as_baseline()
+        where = f"the original {names[0]}, scored now"
+    else:
+        where = f"baseline {baseline.path}"
+        if not baseline.has_drift:
+            raise LongctxError(f"--baseline {baseline.path}: holds no drift blocks (the most likely tokens at every read, "
+                               "written since scores file version 2): re-make it from the original")
+        check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode), needed_fingerprints(dataset),
+                   what="--baseline")
+    mode = baseline.mode
+    factory = (lambda items, tokens: Progress(items, tokens, label=f"blame: the candidate {names[1]}")) if progress else False
+    scores = score_items(TransformersBackend(candidate, tokenizer, name=names[1]), tokenizer, dataset, mode, factory,
+                         reference=baseline)
+    baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
+    evaluation = evaluate(compute_sets(dataset, scores, baseline, thresholds.min_effect), baseline_sets, thresholds)
+    found = Blame(names[0], names[1], granularity, passed=not evaluation.failing_rows())
+    if found.passed:
+        return found
+    found.rows = choose_rows(evaluation, rows, where)
+    found.candidate = row_states(evaluation, found.rows)
+    scorer = Scorer(tokenizer, _rows_items(dataset, evaluation, found.rows), baseline, mode, thresholds, found.rows, progress)
+    total = 2 * len(chosen)
+    for direction, target, source in ((RESTORE, candidate, original), (DAMAGE, original, candidate)):
+        hybrid = Hybrid(target, source)
+        for part in chosen:
+            entry = next((p for p in found.parts if p.part is part), None)
+            if entry is None:
+                entry = PartBlame(part, cost(original, candidate, [part]))
+                found.parts.append(entry)
+            hybrid.take([part])
+            try:
+                getattr(entry, direction).update(scorer(target, f"{scorer.runs + 1}/{total} {direction} {part.name}"))
+            finally:
+                hybrid.reset()
+    found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
+    _fix(found, candidate, original, scorer, thresholds, dataset, baseline, baseline_sets, verify, progress)
+    return found
+
+
+def _fix(found: Blame, candidate: Any, original: Any, scorer: Scorer, thresholds: Thresholds, dataset: Dataset,
+         baseline: ScoresFile, baseline_sets: dict, verify: bool, progress: bool) -> None:
+    """The greedy fix set, its cost, and (``verify``) its gate run on the whole selection."""
+    states = found.candidate
+    hybrid = Hybrid(candidate, original)
+    try:
+        for entry in found.parts:
+            if all(s.within for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
+                break
+            hybrid.take([entry.part])
+            found.fix_set.append(entry.part.name)
+            states = scorer(candidate, f"fix set {len(found.fix_set)}: + {entry.part.name}")
+            found.fix_steps.append(states)
+        found.fixed = all(s.within for s in states.values())
+        if not found.fix_set:
+            found.notes.append("the blamed rows' far drift is within their thresholds already (they fail on other "
+                               "checks): no part to keep")
+        elif not found.fixed:
+            found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
+                               "measured), a blamed row's far drift is still beyond its threshold: the rest of the damage "
+                               "lies in parts not measured (--parts) or in how the parts interact")
+        kept = [p.part for p in found.parts if p.part.name in found.fix_set]
+        found.fix_cost = cost(original, candidate, kept)
+        if verify and found.fix_set:
+            found.verification = _verify(candidate, scorer, thresholds, dataset, baseline, baseline_sets)
+    finally:
+        hybrid.reset()
+
+
+def _verify(model: Any, scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile,
+            baseline_sets: dict) -> dict[str, Any]:
+    """The model as it stands (the fix set's hybrid) through the gate on the whole selection."""
+    backend = TransformersBackend(model, scorer.tokenizer, name="fix set")
+    scores = score_items(backend, scorer.tokenizer, dataset, scorer.mode, scorer.factory("blame: verifying the fix set"),
+                         reference=baseline)
+    sets = compute_sets(dataset, scores, baseline, thresholds.min_effect)
+    evaluation = evaluate(sets, baseline_sets, thresholds)
+    items, _ = losses(scores, baseline, sets, baseline_sets, thresholds, dataset)
+    failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
+    failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]
+    return {"passed": not failing, "failing": failing, "checks": len([v for v in evaluation.verdicts if v.applicable])}
