@@ -147,10 +147,18 @@ class Scorer:
     def __call__(self, model: Any, label: str) -> dict[str, RowState]:
         self.runs += 1
         backend = TransformersBackend(model, self.tokenizer, name=label)  # a fresh one: the weights changed
-        scores = score_items(backend, self.tokenizer, self.dataset, self.mode, self.factory(f"blame {label}"),
-                             reference=self.baseline)
-        sets = compute_sets(self.dataset, scores, self.baseline, self.thresholds.min_effect)
-        return row_states(evaluate(sets, self.baseline_sets, self.thresholds), self.rows)
+        _, _, evaluation = gated(backend, self.tokenizer, self.dataset, self.mode, self.baseline, self.baseline_sets,
+                                 self.thresholds, self.factory(f"blame {label}"))
+        return row_states(evaluation, self.rows)
+
+
+def gated(backend: TransformersBackend, tokenizer: Any, dataset: Dataset, mode: str, baseline: ScoresFile,
+          baseline_sets: dict, thresholds: Thresholds, progress: Callable[[int, int], Progress] | bool,
+          ) -> tuple[ScoresFile, dict, Evaluation]:
+    """A model's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation."""
+    scores = score_items(backend, tokenizer, dataset, mode, progress, reference=baseline)
+    sets = compute_sets(dataset, scores, baseline, thresholds.min_effect)
+    return scores, sets, evaluate(sets, baseline_sets, thresholds)
 
 
 def _rows_items(dataset: Dataset, evaluation: Evaluation, rows: Sequence[str]) -> Dataset:
@@ -199,10 +207,9 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
                    what="--baseline")
     mode = baseline.mode
     factory = (lambda items, tokens: Progress(items, tokens, label=f"blame: the candidate {names[1]}")) if progress else False
-    scores = score_items(TransformersBackend(candidate, tokenizer, name=names[1]), tokenizer, dataset, mode, factory,
-                         reference=baseline)
     baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
-    evaluation = evaluate(compute_sets(dataset, scores, baseline, thresholds.min_effect), baseline_sets, thresholds)
+    _, _, evaluation = gated(TransformersBackend(candidate, tokenizer, name=names[1]), tokenizer, dataset, mode, baseline,
+                             baseline_sets, thresholds, factory)
     found = Blame(names[0], names[1], granularity, passed=not evaluation.failing_rows())
     if found.passed:
         return found
@@ -260,10 +267,8 @@ def _verify(model: Any, scorer: Scorer, thresholds: Thresholds, dataset: Dataset
             baseline_sets: dict) -> dict[str, Any]:
     """The model as it stands (the fix set's hybrid) through the gate on the whole selection."""
     backend = TransformersBackend(model, scorer.tokenizer, name="fix set")
-    scores = score_items(backend, scorer.tokenizer, dataset, scorer.mode, scorer.factory("blame: verifying the fix set"),
-                         reference=baseline)
-    sets = compute_sets(dataset, scores, baseline, thresholds.min_effect)
-    evaluation = evaluate(sets, baseline_sets, thresholds)
+    scores, sets, evaluation = gated(backend, scorer.tokenizer, dataset, scorer.mode, baseline, baseline_sets, thresholds,
+                                     scorer.factory("blame: verifying the fix set"))
     items, _ = losses(scores, baseline, sets, baseline_sets, thresholds, dataset)
     failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
     failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]
