@@ -40,9 +40,10 @@ def parameters(model: Any) -> dict[str, Any]:
     return dict(model.named_parameters())
 
 
-def _tied_head(model: Any) -> bool:
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
-    return head is not None and embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None)
+def _names_of(model: Any, module: Any) -> set[str]:
+    """The names under which ``module``'s weight is among the model's parameters (none without one)."""
+    weight = getattr(module, "weight", None)
+    return {n for n, p in model.named_parameters() if weight is not None and p is weight}
 
 
 def _part_of(name: str, granularity: str, embed: set[str], head: set[str]) -> str:
@@ -70,10 +71,8 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
     """The parts of ``model`` at ``granularity`` (one of ``GRANULARITIES``), in the model's order."""
     if granularity not in GRANULARITIES:
         raise LongctxError(f"--granularity {granularity}: expected one of {', '.join(GRANULARITIES)}")
-    embed = {f"{n}" for n, p in model.named_parameters() if p is getattr(model.get_input_embeddings(), "weight", None)}
-    head_module = model.get_output_embeddings()
-    head = set() if head_module is None or _tied_head(model) else {
-        n for n, p in model.named_parameters() if p is getattr(head_module, "weight", None)}
+    embed = _names_of(model, model.get_input_embeddings())
+    head = _names_of(model, model.get_output_embeddings()) - embed  # tied with the embeddings, it is the part embed
     grouped: dict[str, list[str]] = {}
     for name in parameters(model):
         grouped.setdefault(_part_of(name, granularity, embed, head), []).append(name)
