@@ -60,3 +60,9 @@ class Progress:
         else:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
+
+
+def labelled(label: str, stream: TextIO | None = None) -> Callable[[int, int], Progress]:
+    """A factory of progress displays under ``label``: what the engine calls once it knows the
+    items and tokens to come."""
+    return lambda items, tokens: Progress(items, tokens, label=label, stream=stream)

@@ -20,7 +20,7 @@ from pytest_longctx.data.records import SUITES, FaithfulnessItem, session_text
 from pytest_longctx.data.sessions import load_sessions, sessions
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics, compression_summary
-from pytest_longctx.progress import Progress
+from pytest_longctx.progress import labelled
 from pytest_longctx.scoring.cache import ScoreCache
 
 Note = Callable[[str], None]
@@ -85,22 +85,18 @@ class Bench:
         reader.cache = CompressionCache.at(cache_dir, lambda warning: note(f"warning: {warning}"))
         if reader.scorer is not None and any("scorer" in c.needs for c in self.compressors):
             reader.scorer.prepare([session_text(item.messages) for _, item in self.pairs],
-                                  _progress("self-information") if progress else None)
+                                  labelled("self-information") if progress else None)
         for split, item in self.pairs:  # counted once, before any compressor's time is taken
             reader.full_tokens(split, item)
         runs = [_timed(compressor, self.pairs, reader, note) for compressor in self.compressors]
         if backend is not None:
-            read_answers(reader, [c for _, done, _ in runs for c in done], _progress("layer B") if progress else None,
+            read_answers(reader, [c for _, done, _ in runs for c in done], labelled("layer B") if progress else None,
                          ScoreCache.for_backend(backend, cache_dir))
         specs = list(ROWS) + (list(ANSWER_ROWS) if backend is not None else [])
         shown = short_names([compressor.spec for compressor in self.compressors])
         points = [_point(shown[compressor.spec], compressor, done, seconds, specs) for compressor, done, seconds in runs]
         return BenchResult(self.dataset.source, len(self.pairs), reader.tokenizer_name, self.model, backend is not None,
                            cell_sizes([item for _, item in self.pairs], ROWS), points, [c.spec for c in self.compressors])
-
-
-def _progress(label: str) -> Callable[[int, int], Progress]:
-    return lambda items, tokens: Progress(items, tokens, label=label)
 
 
 def _timed(compressor: Compressor, pairs: Sequence[tuple[str, FaithfulnessItem]], reader: Reader,

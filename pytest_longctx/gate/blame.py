@@ -29,7 +29,7 @@ from pytest_longctx.gate.losses import losses
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.numbers import meets
-from pytest_longctx.progress import Progress
+from pytest_longctx.progress import Progress, labelled
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, needed_fingerprints, score_items, score_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
@@ -142,7 +142,7 @@ class Scorer:
     def factory(self, label: str) -> Callable[[int, int], Progress] | bool:
         if not self.progress:
             return False
-        return lambda items, tokens: Progress(items, tokens, label=label)
+        return labelled(label)
 
     def __call__(self, model: Any, label: str) -> dict[str, RowState]:
         self.runs += 1
@@ -206,7 +206,7 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
         check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode), needed_fingerprints(dataset),
                    what="--baseline")
     mode = baseline.mode
-    factory = (lambda items, tokens: Progress(items, tokens, label=f"blame: the candidate {names[1]}")) if progress else False
+    factory = labelled(f"blame: the candidate {names[1]}") if progress else False
     baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
     _, _, evaluation = gated(TransformersBackend(candidate, tokenizer, name=names[1]), tokenizer, dataset, mode, baseline,
                              baseline_sets, thresholds, factory)

@@ -14,7 +14,7 @@ from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.session import GateEvaluation, GateSession
 from pytest_longctx.plugin.hooks import running
-from pytest_longctx.progress import Progress
+from pytest_longctx.progress import labelled
 from pytest_longctx.reports.format import visible
 
 
@@ -73,7 +73,7 @@ def longctx_progress(request: pytest.FixtureRequest) -> Any:
     if env_worker():
         return False  # xdist workers have no terminal of their own
     stream = _TerminalStream(request.config)
-    return lambda items, tokens: Progress(items, tokens, label="longctx", stream=stream)
+    return labelled("longctx", stream)
 
 
 @pytest.fixture(scope="session")
