@@ -34,7 +34,7 @@ mark { background: #ffd8a8; font-weight: 700; } details { margin: .3rem 0; } sum
 """
 
 
-def _table(section: tables.Section, table_id: str) -> str:
+def html_table(section: tables.Section, table_id: str) -> str:
     head = "".join(f'<th class="text">{escape(h)}</th>' if h in TEXT_COLUMNS else f"<th>{escape(h)}</th>"
                    for h in section.headers)
     body = []
@@ -47,11 +47,11 @@ def _table(section: tables.Section, table_id: str) -> str:
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def _section(section_id: str, title: str, *parts: str) -> str:
+def html_section(section_id: str, title: str, *parts: str) -> str:
     return f'<section id="{section_id}"><h2>{escape(title)}</h2>{"".join(parts)}</section>'
 
 
-def _figure(figure_id: str, svg: str | None, caption: str) -> str:
+def html_figure(figure_id: str, svg: str | None, caption: str) -> str:
     if svg is None:
         return '<p class="note">No plot: matplotlib is not installed (pip install "pytest-longctx[report]").</p>'
     return f'<figure id="{figure_id}">{svg}<figcaption class="note">{escape(caption)}</figcaption></figure>'
@@ -61,14 +61,14 @@ def _distance(comparison: Comparison) -> str:
     panels = {title: buckets(comparison.targets, kind) for kind, title in KINDS.items()}
     panels = {title: found for title, found in panels.items() if found}
     if not panels:
-        return _section("distance", "How far back", '<p class="note">No facts or tool-call target with a known '
+        return html_section("distance", "How far back", '<p class="note">No facts or tool-call target with a known '
                         "distance was scored on both sides (the items' data is needed for distances).</p>")
     rows = [[title, b.label, str(b.count), number(b.baseline), number(b.model),
              delta(b.model, b.baseline)] for title, found in panels.items() for b in found]
     svg = plots.distance_plot(panels) if plots.available() else None
-    return _section("distance", "How far back: share right by distance to what the target needs",
-                    _figure("distance-plot", svg, "Facts: every answer token top-1; tool calls: the target token top-1."),
-                    _table(tables.Section("", ["kind", "tokens back", "targets", "baseline", "model", "delta"], rows),
+    return html_section("distance", "How far back: share right by distance to what the target needs",
+                    html_figure("distance-plot", svg, "Facts: every answer token top-1; tool calls: the target token top-1."),
+                    html_table(tables.Section("", ["kind", "tokens back", "targets", "baseline", "model", "delta"], rows),
                            "distance-table"))
 
 
@@ -81,14 +81,14 @@ def _drift(comparison: Comparison) -> str:
     panels = {title: drift_buckets(comparison.reads[kind]) for kind, title in KINDS.items() if kind in comparison.reads}
     rows = [[title.split()[0], b.label, str(b.reads), number(b.kl), number(b.baseline), number(b.model), delta(b.model, b.baseline)]
             for title, found in panels.items() for b in found]
-    parts = [_table(section, "drift-table"), f"<ul>{damage}</ul>" if damage else ""]
+    parts = [html_table(section, "drift-table"), f"<ul>{damage}</ul>" if damage else ""]
     if panels:
         svg = plots.drift_plot(panels) if plots.available() else None
-        parts += [_figure("drift-plot", svg, "The model's drift from the baseline's next-token distribution at every read, "
+        parts += [html_figure("drift-plot", svg, "The model's drift from the baseline's next-token distribution at every read, "
                           "by how far back the needed text lies; control reads see only the item's first 512 tokens."),
-                  _table(tables.Section("", ["kind", "tokens back", "reads", "KL_K", "log p baseline", "log p model", "delta"],
+                  html_table(tables.Section("", ["kind", "tokens back", "reads", "KL_K", "log p baseline", "log p model", "delta"],
                                         rows), "drift-distance-table")]
-    return _section("drift", section.title, *parts)
+    return html_section("drift", section.title, *parts)
 
 
 def _effects(comparison: Comparison) -> str:
@@ -103,16 +103,16 @@ def _effects(comparison: Comparison) -> str:
                 entry = by_length[target.length]["per_item"][target.item_id]
                 points.append((entry["placement"], entry["family"], target.baseline, target.model))
         if plots.available():
-            parts.append(f"<h3>{escape(config)}</h3>" + _figure(
+            parts.append(f"<h3>{escape(config)}</h3>" + html_figure(
                 f"effects-plot-{escape(config)}", plots.effects_plot(points),
                 "Each counted target's rule effect; solid line: as the baseline, dashed: half of it "
                 "(below it the rule counts as not followed)."))
         elif not parts:
-            parts.append(_figure("effects-plot", None, ""))
+            parts.append(html_figure("effects-plot", None, ""))
     cells = tables.rules_cells(comparison)
     if not cells.rows:
         return ""
-    return _section("rules", "Rule effects against the baseline's", *parts, _table(cells, "rules-table"))
+    return html_section("rules", "Rule effects against the baseline's", *parts, html_table(cells, "rules-table"))
 
 
 def _snippet(target: TargetLoss) -> str:
@@ -139,7 +139,7 @@ def _drill_down(comparison: Comparison) -> str:
         blocks.append(f'<details class="item"{opened}><summary class="verdict-{VERDICT_CLASS[verdict]}">'
                       f"{escape(summary)}</summary><ol>{targets}</ol></details>")
     items = tables.items(comparison, DRILL_ITEMS)
-    return _section("items", items.title, _table(items, "items-table"),
+    return html_section("items", items.title, html_table(items, "items-table"),
                     f"<h3>Targets of the {len(blocks)} items that lost the most, in their text</h3>", *blocks)
 
 
@@ -155,15 +155,19 @@ def html_report(comparison: Comparison) -> str:
         f"<p>{escape(comparison.model)} against {escape(comparison.baseline)}; mode {escape(comparison.mode)}</p>",
         "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
         _notes(comparison.notes), "</header>",
-        _section("headline", "Headline rows", _table(tables.headline(comparison), "headline-table")),
-        _section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
+        html_section("headline", "Headline rows", html_table(tables.headline(comparison), "headline-table")),
+        html_section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
         if failing else "",
         _drift(comparison),
         _distance(comparison),
         _effects(comparison),
-        _section("sets", "Facts and tool calls", _table(sets, "sets-table")) if sets.rows else "",
+        html_section("sets", "Facts and tool calls", html_table(sets, "sets-table")) if sets.rows else "",
         _drill_down(comparison),
     ]
-    title = f"longctx: {comparison.model} ({verdict})"
+    return html_page(f"longctx: {comparison.model} ({verdict})", parts)
+
+
+def html_page(title: str, parts: Sequence[str]) -> str:
+    """A self-contained HTML file: the report's style and ``parts`` (HTML already escaped)."""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body>{''.join(parts)}</body></html>\n")
