@@ -95,3 +95,33 @@ def effects_plot(points: Sequence[tuple[str, str, float, float]]) -> str:
                 if column == 0:
                     ax.set_ylabel("eff (model), nats")
         return _svg(figure)
+
+
+RESTORE_COLOUR = "#2b8a3e"  # blame: what taking a part back from the original removes
+
+
+def blame_plot(panels: Mapping[str, Sequence[tuple[str, float | None, float | None]]]) -> str:
+    """Per blamed row, its parts as ranked (first on top), each with two bars: the share of the
+    row's far drift that restoring it removes, and the share that damaging the original with it
+    causes (a missing share: no bar). Each bar's SVG group is named ``restore-R-PART`` /
+    ``damage-R-PART`` (R: the panel's index)."""
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
+
+    longest = max(len(parts) for parts in panels.values())
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(5.2 * len(panels), 1.2 + 0.32 * longest), layout="constrained")
+        for index, (ax, (title, parts)) in enumerate(zip(figure.subplots(1, len(panels), squeeze=False)[0], panels.items())):
+            y = list(range(len(parts)))
+            for direction, offset, colour, column in (("restore", -0.2, RESTORE_COLOUR, 1), ("damage", 0.2, MODEL_COLOUR, 2)):
+                bars = ax.barh([i + offset for i in y], [p[column] or 0.0 for p in parts], 0.4, color=colour, label=direction)
+                for bar, part in zip(bars, parts):
+                    bar.set_gid(f"{direction}-{index}-{part[0]}")
+            ax.axvline(0.0, color=BASELINE_COLOUR, linewidth=0.8)
+            ax.set_yticks(y, [p[0] for p in parts])
+            ax.invert_yaxis()
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set(xlabel="share of the row's far drift", title=title)
+        figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
+        return _svg(figure)
