@@ -1,10 +1,21 @@
-"""``longctx blame`` in the terminal: per blamed row, the parts ranked by how much of its far
-drift restoring them takes away, what damaging the original with them adds, and the fix set."""
+"""``longctx blame``'s report, in the terminal, in markdown and in HTML: per blamed row, the
+parts ranked by how much of its far drift restoring them takes away and what damaging the
+original with them adds, then the fix set, its cost and its verification. The three share
+their cells (``row_tables``, ``outcome``); only the layout differs."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_longctx.reports.format import table
+from pytest_longctx.reports import plots
+from pytest_longctx.reports.format import html_text, markdown_code, table, visible
+from pytest_longctx.reports.format import markdown_text as cell
+from pytest_longctx.reports.html import html_figure, html_page, html_section, html_table
+from pytest_longctx.reports.markdown import md_table
+from pytest_longctx.reports.tables import Section
+
+HEADERS = ["rank", "part", "restore: far drift", "share", "excess share", "damage: far drift", "share", "params", ""]
+BARS = 40  # the parts a row's chart shows at most (its table shows them all)
 
 
 def _n(value: float | None) -> str:
@@ -26,33 +37,108 @@ def _bytes(value: int) -> str:
     return f"{value} B"
 
 
-def blame_text(found: Any) -> str:
-    """The ranked tables, the fix set, its cost and its verification (a ``gate.blame.Blame``)."""
+@dataclass(frozen=True)
+class RowTable:
+    """One blamed row: the candidate's figures and its parts' ranked cells."""
+
+    row: str
+    figures: str
+    body: list[list[str]]
+
+
+def headline(found: Any) -> str:
     if found.passed:
         return f"nothing to blame: {found.model} passes against {found.reference}'s baseline"
-    lines = [f"blame: {found.model} against {found.reference}, {len(found.parts)} parts at --granularity {found.granularity}"]
+    return f"blame: {found.model} against {found.reference}, {len(found.parts)} parts at --granularity {found.granularity}"
+
+
+def row_tables(found: Any) -> list[RowTable]:
+    """Per blamed row, the ranked parts (a ``gate.blame.Blame``)."""
+    found_rows = []
     for row in found.rows:
         before = found.candidate[row]
-        lines += ["", f"{row}: far drift {_n(before.far)} (threshold {before.threshold:.3f}), far excess {_n(before.excess)}"]
         body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_n(p.restore[row].far)}", _share(found.restore_share(p, row)),
                  _share(found.restore_share(p, row, "excess")), _n(p.damage[row].far), _share(found.damage_share(p, row)),
                  _count(p.cost.parameters), "differ" if found.differ(p, row) else ""]
                 for n, p in enumerate(found.parts)]
-        lines.append(table(["rank", "part", "restore: far drift", "share", "excess share", "damage: far drift", "share",
-                            "params", ""], body))
-    lines.append("")
+        found_rows.append(RowTable(row, f"far drift {_n(before.far)} (threshold {before.threshold:.3f}), "
+                                        f"far excess {_n(before.excess)}", body))
+    return found_rows
+
+
+def outcome(found: Any) -> list[tuple[str, list[str]]]:
+    """The fix set, its cost, its verification and the notes: each line with its details."""
+    lines: list[tuple[str, list[str]]] = []
     if found.fix_set:
-        spent = found.fix_cost
+        spent, after = found.fix_cost, found.fix_steps[-1]
         state = "passes" if found.fixed else "does NOT bring every row within its threshold"
-        lines.append(f"fix set ({len(found.fix_set)} parts, {state}): keep {', '.join(found.fix_set)} from the original")
-        after = found.fix_steps[-1]
-        lines += [f"  {row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
-        lines.append(f"  cost: {_count(spent.parameters)} parameters, {_bytes(spent.original_bytes)} at the original's dtype "
-                     f"({_bytes(spent.candidate_bytes)} at the candidate's)")
+        details = [f"{row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
+        details.append(f"cost: {_count(spent.parameters)} parameters, {_bytes(spent.original_bytes)} at the original's dtype "
+                       f"({_bytes(spent.candidate_bytes)} at the candidate's)")
+        lines.append((f"fix set ({len(found.fix_set)} parts, {state}): keep {', '.join(found.fix_set)} from the original",
+                      details))
     if found.verification is not None:
         verified = found.verification
-        lines.append(f"verification, the fix set through the gate on the whole selection: "
-                     f"{'PASS' if verified['passed'] else 'FAIL'} ({verified['checks']} checks)")
-        lines += [f"  FAIL {message}" for message in verified["failing"]]
-    lines += [f"note: {note}" for note in found.notes]
-    return "\n".join(lines)
+        lines.append((f"verification, the fix set through the gate on the whole selection: "
+                      f"{'PASS' if verified['passed'] else 'FAIL'} ({verified['checks']} checks)",
+                      [f"FAIL {message}" for message in verified["failing"]]))
+    lines += [(f"note: {note}", []) for note in found.notes]
+    return lines
+
+
+def blame_text(found: Any) -> str:
+    """The report in the terminal: control characters written out."""
+    lines = [headline(found)]
+    for entry in row_tables(found):
+        lines += ["", f"{entry.row}: {entry.figures}", table(HEADERS, entry.body)]
+    if not found.passed:
+        lines.append("")
+    for line, details in outcome(found):
+        lines += [line, *(f"  {detail}" for detail in details)]
+    return "\n".join(visible(line, keep="\n") for line in lines)
+
+
+def blame_markdown(found: Any, level: int = 2) -> str:
+    """The report in GitHub-flavoured markdown (``--markdown``, a CI step summary), its heading at
+    ``level`` (3: under the gate's summary)."""
+    heading, sub = "#" * level, "#" * (level + 1)
+    lines = [f"{heading} longctx blame: {markdown_code(found.model)}", "", cell(headline(found))]
+    for entry in row_tables(found):
+        lines += ["", f"{sub} {cell(entry.row)}", "", cell(entry.figures), "", md_table(HEADERS, entry.body)]
+    done = outcome(found)
+    if done:
+        lines += ["", f"{sub} Fix set", ""]
+    for line, details in done:
+        lines += [f"- {cell(line)}", *(f"  - {cell(detail)}" for detail in details)]
+    return "\n".join(lines) + "\n"
+
+
+def _chart(found: Any) -> str:
+    """The ranked restore and damage shares of every blamed row as bars (the first ``BARS`` parts)."""
+    shown = found.parts[:BARS]
+    caption = (f"Per part, ranked: the share of the row's far drift that restoring it removes (restore) and that "
+               f"damaging the original with it causes (damage); the first {len(shown)} of {len(found.parts)} parts.")
+    if not plots.available():
+        return html_figure("blame-plot", None, caption)
+    panels = {row: [(p.part.name, found.restore_share(p, row), found.damage_share(p, row)) for p in shown]
+              for row in found.rows}
+    return html_figure("blame-plot", plots.blame_plot(panels), caption)
+
+
+def _list(lines: list[tuple[str, list[str]]]) -> str:
+    return "<ul>" + "".join(f"<li>{html_text(line)}" + ("<ul>" + "".join(f"<li>{html_text(d)}</li>" for d in details) + "</ul>"
+                                                          if details else "") + "</li>" for line, details in lines) + "</ul>"
+
+
+def blame_html(found: Any) -> str:
+    """The report as one self-contained HTML file: a bar chart of the shares, the tables, the fix set."""
+    parts = [f"<header><h1>longctx blame: {html_text(found.model)}</h1><p>{html_text(headline(found))}</p></header>"]
+    if not found.passed:
+        tables = [f"<h3>{html_text(e.row)}</h3><p>{html_text(e.figures)}</p>" + html_table(Section(e.row, HEADERS, e.body),
+                                                                                          f"blame-table-{n}")
+                  for n, e in enumerate(row_tables(found))]
+        parts.append(html_section("blame", "Parts ranked by the far drift restoring them removes", _chart(found), *tables))
+    done = outcome(found)
+    if done:
+        parts.append(html_section("fix-set", "Fix set", _list(done)))
+    return html_page(f"longctx blame: {found.model}", parts)

@@ -1,0 +1,145 @@
+"""``longctx blame``'s reports on a real blame of two tiny qwen3 checkpoints (planted damage in
+layers 1 and 3): the markdown, rendered as GitHub renders it, and the HTML report hold every part's
+figures as computed here from the blame's row states, and the HTML's bars are drawn at its shares."""
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from conftest import needs, tiny_qwen3
+from test_blame import damaged
+
+from pytest_longctx.cli.main import main
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.gate.blame import blame
+from pytest_longctx.reports import plots
+from pytest_longctx.reports.blame import HEADERS, blame_html, blame_markdown
+
+
+@pytest.fixture(scope="module")
+def models(qwen_tokenizer):
+    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=4, init=0.5)
+    return original, damaged(original)
+
+
+@pytest.fixture(scope="module")
+def found(models, data_dir):
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=2)
+    return blame(*models, None, dataset, None, progress=False)
+
+
+def expected_cells(found, original, row: str) -> list[list[str]]:
+    """The ranked table of ``row``, computed from the row states and the model's own parameters."""
+    before = found.candidate[row]
+    cells = []
+    for rank, entry in enumerate(found.parts, 1):
+        after, hurt = entry.restore[row], entry.damage[row]
+        restored = (before.far - after.far) / before.far
+        excess = "n/a" if not before.excess or before.excess < 0 else f"{(before.excess - after.excess) / before.excess:.0%}"
+        caused = hurt.far / before.far
+        count = sum(original.get_parameter(name).numel() for name in entry.part.parameters)
+        shown = f"{count / 1e6:.2f}M" if count >= 1e6 else f"{count:,}"
+        cells.append([str(rank), entry.part.name, f"{before.far:.3f} -> {after.far:.3f}", f"{restored:.0%}", excess,
+                      f"{hurt.far:.3f}", f"{caused:.0%}", shown, "differ" if abs(restored - caused) > 0.25 else ""])
+    return cells
+
+
+class Page(HTMLParser):
+    """The cells of every table (by row) and the text of every list item of an HTML page."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.items: list[str] = []
+        self.open: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.tables[-1][-1].append("")
+        elif tag == "li":
+            self.items.append("")
+        self.open = tag
+
+    def handle_endtag(self, tag: str) -> None:
+        self.open = None
+
+    def handle_data(self, data: str) -> None:
+        if self.open in ("td", "th"):
+            self.tables[-1][-1][-1] += data
+        elif self.open == "li":
+            self.items[-1] += data
+
+
+def check_tables(found, original, tables: list[list[list[str]]]) -> None:
+    assert len(tables) == len(found.rows) >= 1
+    for row, table in zip(found.rows, tables):
+        assert table[0] == HEADERS
+        assert table[1:] == expected_cells(found, original, row)
+        assert {line[1] for line in table[1:3]} == {"layer.1", "layer.3"}  # the planted layers first
+
+
+@needs("cmarkgfm", install='pip install -e ".[test]"')
+def test_the_markdown_renders_every_parts_figures_and_the_fix_set(found, models):
+    import cmarkgfm
+
+    text = blame_markdown(found)
+    page = Page(cmarkgfm.github_flavored_markdown_to_html(text))
+    check_tables(found, models[0], page.tables)
+    assert text.startswith("## longctx blame: ") and blame_markdown(found, level=3).startswith("### longctx blame: ")
+    fix = next(i for i in page.items if i.startswith("fix set"))
+    assert f"fix set (2 parts, passes): keep {', '.join(found.fix_set)} from the original" in fix
+    assert sorted(found.fix_set) == ["layer.1", "layer.3"]
+    assert any(i.startswith("verification, the fix set through the gate on the whole selection: PASS") for i in page.items)
+
+
+def bars(svg: str) -> dict[str, list[float]]:
+    """The x coordinates of each named bar's outline (``restore-R-PART`` / ``damage-R-PART``)."""
+    found = {}
+    for name, path in re.findall(r'<g id="((?:restore|damage)-\d+-[^"]+)">\s*<path d="([^"]+)"', svg):
+        numbers = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", path)]
+        found[name] = numbers[0::2]
+    return found
+
+
+@needs("matplotlib", install='pip install -e ".[report]"')
+def test_the_html_bars_are_the_shares_and_its_tables_the_figures(found, models):
+    text = blame_html(found)
+    check_tables(found, models[0], Page(text).tables)
+    drawn = bars(text)
+    shares = {f"{direction}-0-{p.part.name}": share(p, found.rows[0]) for p in found.parts
+              for direction, share in (("restore", found.restore_share), ("damage", found.damage_share))}
+    assert set(drawn) == set(shares)
+    # every bar starts at the zero line; its length over its share is one scale for all of them
+    zero = max({x for xs in drawn.values() for x in xs}, key=lambda x: sum(x in xs for xs in drawn.values()))
+    ends = {name: max(xs, key=lambda x: abs(x - zero)) - zero for name, xs in drawn.items()}
+    scales = [ends[name] / value for name, value in shares.items() if abs(value) > 0.02]
+    assert len(scales) >= 4 and max(scales) - min(scales) < 1e-3 * max(scales)
+    assert all(abs(ends[name]) < 0.02 * scales[0] for name, value in shares.items() if abs(value) <= 0.02)
+
+
+def test_without_matplotlib_the_html_has_its_tables_alone(found, models, monkeypatch):
+    monkeypatch.setattr(plots, "available", lambda: False)
+    text = blame_html(found)
+    assert "<svg" not in text and "No plot: matplotlib is not installed" in text
+    check_tables(found, models[0], Page(text).tables)
+
+
+def test_the_command_writes_markdown_and_html(models, data_dir, tmp_path, capsys):
+    for name, model in zip(("original", "candidate"), models):
+        model.save_pretrained(tmp_path / name)
+    markdown, html = tmp_path / "blame.md", tmp_path / "blame.html"
+    code = main(["blame", "--reference", str(tmp_path / "original"), "--model", str(tmp_path / "candidate"), "--data",
+                 str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--parts", "layer.1,layer.2",
+                 "--markdown", str(markdown), "--html", str(html), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"blame report written to {markdown}" in captured.err and f"blame report written to {html}" in captured.err
+    table = [line for line in markdown.read_text().splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[1] for line in table[2:]] == ["layer.1", "layer.2"]  # ranked: the planted layer first
+    assert [cells[1] for cells in Page(html.read_text()).tables[0][1:]] == ["layer.1", "layer.2"]
