@@ -10,8 +10,8 @@ from pytest_longctx.backends.parts import GRANULARITIES
 from pytest_longctx.cli.args import names
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
-from pytest_longctx.paths import check_outputs
-from pytest_longctx.reports.blame import blame_text
+from pytest_longctx.paths import check_outputs, write_text_atomically
+from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.scores_file import load_scores
 
@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows", type=lambda text: [r.strip() for r in text.split(";") if r.strip()], metavar="ROWS",
                    help="only these failing rows, ';'-separated, as the gate names them")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
+    p.add_argument("--markdown", metavar="PATH", help="write the report in markdown (e.g. for a CI step summary)")
+    p.add_argument("--html", metavar="PATH", help="write the report as HTML, with a bar chart of the shares")
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -43,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_outputs([("--out", args.out)], inputs=[("--baseline", args.baseline)])
+    check_outputs([("--out", args.out), ("--markdown", args.markdown), ("--html", args.html)], inputs=[("--baseline", args.baseline)])
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
     original = factory(args.reference, dtype=args.dtype, device=args.device)  # an alias resolves as for --model
@@ -55,4 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_json(args.out, found.to_json())
         print(f"longctx: blame written to {args.out}", file=sys.stderr)
+    for path, render in ((args.markdown, blame_markdown), (args.html, blame_html)):
+        if path:
+            write_text_atomically(path, render(found))
+            print(f"longctx: blame report written to {path}", file=sys.stderr)
     return 0
