@@ -1,27 +1,36 @@
-"""Parts of a loaded transformers model and hybrids of two checkpoints of one architecture:
-what ``longctx blame`` restores (the candidate with some parts taken back from the original)
-and damages (the original with some parts taken from the candidate).
+"""Parts of two models of one architecture and the hybrids between them: what ``longctx blame``
+restores (the candidate with some parts taken back from the original) and damages (the
+original with some parts taken from the candidate).
 
-A part is a set of parameter names: a decoder layer (``layer.N``), within it its attention
+A part is a set of tensor names: a decoder layer (``layer.N``), within it its attention
 (``layer.N.attn``: q/k/v/o and their norms), its MLP (``layer.N.mlp``) and the rest of the
 layer (``layer.N.norms``: the norms around them), the input embeddings (``embed``), the LM
 head (``lm_head``; tied with the embeddings, it is the one part ``embed``) and what lies
-outside the layers (``final``: the final norm); at ``tensor`` granularity every parameter
-is its own part. The parts of a granularity cover every parameter exactly once, so a hybrid
-with every part taken from the other model computes what the other model computes.
+outside the layers (``final``: the final norm); at ``tensor`` granularity every tensor is
+its own part. The parts of a granularity cover every tensor exactly once, so a hybrid with
+every part taken from the other model computes what the other model computes. Both backends
+name parts so (``part_name``), whatever their tensors are called, so their reports read the
+same.
 
-A hybrid is made in place: the parameters of the parts are pointed at the other model's
-tensors (no copy; both models stay loaded, and nothing more), and put back afterwards.
+``Pair`` is what blame asks of a backend: the parts, their cost, and a backend reading a
+hybrid. Here, the transformers one (``StateDictPair``): a hybrid is made in place, the
+parameters of the parts pointed at the other model's tensors (no copy; both models stay
+loaded, and nothing more), and put back afterwards. The llama.cpp one writes GGUF files
+(``llama_cpp/hybrids.py``).
 """
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
 
+from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.errors import LongctxError
 
 GRANULARITIES = ("layer", "block", "tensor")
+ORIGINAL, CANDIDATE = "original", "candidate"  # the two sides of a pair, as Pair.hybrid names its base
 LAYER = re.compile(r"^(?P<stack>.*\.layers?|.*\.h|.*\.blocks)\.(?P<index>\d+)\.(?P<rest>.+)$")
 ATTENTION = ("self_attn.", "attention.", "attn.")
 MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
@@ -29,10 +38,64 @@ MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
 
 @dataclass(frozen=True)
 class Part:
-    """A named set of parameters of both models."""
+    """A named set of tensors of both models."""
 
     name: str
     parameters: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What keeping parts from the original costs: parameters, and bytes at each side's types."""
+
+    parameters: int
+    original_bytes: int
+    candidate_bytes: int
+
+
+class Pair(Protocol):
+    """Two models of one architecture, as blame needs them from a backend."""
+
+    names: tuple[str, str]  # how the original and the candidate are named (--reference, --model)
+    tokenizer: Any  # the candidate's (None: ids mode only)
+
+    def parts(self, granularity: str) -> list[Part]:
+        """The parts at ``granularity``, in the model's order."""
+
+    def cost(self, parts: Iterable[Part]) -> Cost:
+        """What keeping ``parts`` from the original costs."""
+
+    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> ContextManager[Backend]:
+        """A backend reading ``base`` (ORIGINAL or CANDIDATE) with ``taken`` from the other side,
+        named ``label``; the models are as they were again when the context ends."""
+
+    def recipe(self, kept: Sequence[Part]) -> list[str]:
+        """How to make the candidate with ``kept`` at the original's precision, in the tools'
+        own terms (none where there is no such tool)."""
+
+
+def part_name(granularity: str, tensor: str, where: str | tuple[int, str]) -> str:
+    """The part ``tensor`` belongs to at ``granularity``: ``where`` is ``embed``, ``lm_head`` or
+    ``final``, or inside a layer ``(N, block)`` with block ``attn``, ``mlp`` or ``norms``."""
+    if granularity == "tensor":
+        return tensor
+    if isinstance(where, str):
+        return where
+    layer, block = where
+    return f"layer.{layer}" if granularity == "layer" else f"layer.{layer}.{block}"
+
+
+def check_granularity(granularity: str) -> None:
+    if granularity not in GRANULARITIES:
+        raise LongctxError(f"--granularity {granularity}: expected one of {', '.join(GRANULARITIES)}")
+
+
+def grouped(named: Iterable[tuple[str, str]]) -> list[Part]:
+    """(tensor, its part) pairs as parts, in the order their first tensors come."""
+    groups: dict[str, list[str]] = {}
+    for tensor, part in named:
+        groups.setdefault(part, []).append(tensor)
+    return [Part(name, tuple(tensors)) for name, tensors in groups.items()]
 
 
 def parameters(model: Any) -> dict[str, Any]:
@@ -46,9 +109,7 @@ def _names_of(model: Any, module: Any) -> set[str]:
     return {n for n, p in model.named_parameters() if weight is not None and p is weight}
 
 
-def _part_of(name: str, granularity: str, embed: set[str], head: set[str]) -> str:
-    if granularity == "tensor":
-        return name
+def _where(name: str, embed: set[str], head: set[str]) -> str | tuple[int, str]:
     if name in embed:
         return "embed"
     if name in head:
@@ -56,27 +117,17 @@ def _part_of(name: str, granularity: str, embed: set[str], head: set[str]) -> st
     found = LAYER.match(name)
     if found is None:
         return "final"
-    layer = f"layer.{int(found['index'])}"
-    if granularity == "layer":
-        return layer
     rest = found["rest"]
-    if rest.startswith(ATTENTION):
-        return f"{layer}.attn"
-    if rest.startswith(MLP):
-        return f"{layer}.mlp"
-    return f"{layer}.norms"
+    block = "attn" if rest.startswith(ATTENTION) else "mlp" if rest.startswith(MLP) else "norms"
+    return int(found["index"]), block
 
 
 def model_parts(model: Any, granularity: str) -> list[Part]:
     """The parts of ``model`` at ``granularity`` (one of ``GRANULARITIES``), in the model's order."""
-    if granularity not in GRANULARITIES:
-        raise LongctxError(f"--granularity {granularity}: expected one of {', '.join(GRANULARITIES)}")
+    check_granularity(granularity)
     embed = _names_of(model, model.get_input_embeddings())
     head = _names_of(model, model.get_output_embeddings()) - embed  # tied with the embeddings, it is the part embed
-    grouped: dict[str, list[str]] = {}
-    for name in parameters(model):
-        grouped.setdefault(_part_of(name, granularity, embed, head), []).append(name)
-    return [Part(name, tuple(names)) for name, names in grouped.items()]
+    return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in parameters(model))
 
 
 def select_parts(parts: Sequence[Part], names: Iterable[str] | None, granularity: str) -> list[Part]:
@@ -93,8 +144,25 @@ def select_parts(parts: Sequence[Part], names: Iterable[str] | None, granularity
     return [p for p in parts if p.name in wanted]
 
 
-def _shape(tensor: Any) -> str:
-    return "[" + ", ".join(str(n) for n in tensor.shape) + "]"
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def check_tensors(original: Mapping[str, Sequence[int]], candidate: Mapping[str, Sequence[int]], original_name: str,
+                  candidate_name: str, what: str) -> None:
+    """The same tensor names and shapes on both sides (name -> shape); else one line saying
+    where they differ. ``what``: the kind of model blame takes, as the line names it."""
+    only_original = [n for n in original if n not in candidate]
+    only_candidate = [n for n in candidate if n not in original]
+    if only_original or only_candidate:
+        where, name = ("--reference", only_original[0]) if only_original else ("--model", only_candidate[0])
+        count = len(only_original) + len(only_candidate)
+        raise LongctxError(f"--reference {original_name} and --model {candidate_name}: their tensor names do not match "
+                           f"({count} differ; {name} is only in {where}): blame takes {what} of one architecture")
+    for name, shape in original.items():
+        if tuple(shape) != tuple(candidate[name]):
+            raise LongctxError(f"--reference {original_name} and --model {candidate_name}: {name} is {_shape(shape)} in "
+                               f"one and {_shape(candidate[name])} in the other: blame takes {what} of one shape")
 
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
@@ -104,27 +172,8 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
     if kinds[0] != kinds[1]:
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
-    mine, theirs = parameters(original), parameters(candidate)
-    only_original = [n for n in mine if n not in theirs]
-    only_candidate = [n for n in theirs if n not in mine]
-    if only_original or only_candidate:
-        where, name = ("--reference", only_original[0]) if only_original else ("--model", only_candidate[0])
-        count = len(only_original) + len(only_candidate)
-        raise LongctxError(f"--reference {original_name} and --model {candidate_name}: their tensor names do not match "
-                           f"({count} differ; {name} is only in {where}): blame takes two checkpoints of one architecture")
-    for name, tensor in mine.items():
-        if tuple(tensor.shape) != tuple(theirs[name].shape):
-            raise LongctxError(f"--reference {original_name} and --model {candidate_name}: {name} is {_shape(tensor)} in "
-                               f"one and {_shape(theirs[name])} in the other: blame takes two checkpoints of one shape")
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What keeping parts from the original costs: parameters, and bytes at each side's dtype."""
-
-    parameters: int
-    original_bytes: int
-    candidate_bytes: int
+    shapes = [{n: tuple(p.shape) for n, p in parameters(m).items()} for m in (original, candidate)]
+    check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
 
 def cost(original: Any, candidate: Any, parts: Iterable[Part]) -> Cost:
@@ -154,3 +203,31 @@ class Hybrid:
         for name, data in self.saved.items():
             self.target[name].data = data
         self.saved.clear()
+
+
+class StateDictPair:
+    """Two loaded transformers models of one architecture (checked) as a ``Pair``: hybrids in place."""
+
+    def __init__(self, original: Any, candidate: Any, tokenizer: Any, names: tuple[str, str] = ("original", "candidate")):
+        check_compatible(original, candidate, *names)
+        self.models = {ORIGINAL: original, CANDIDATE: candidate}
+        self.tokenizer, self.names = tokenizer, names
+
+    def parts(self, granularity: str) -> list[Part]:
+        return model_parts(self.models[CANDIDATE], granularity)
+
+    def cost(self, parts: Iterable[Part]) -> Cost:
+        return cost(self.models[ORIGINAL], self.models[CANDIDATE], parts)
+
+    @contextmanager
+    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Backend]:
+        target = self.models[base]
+        made = Hybrid(target, self.models[CANDIDATE if base == ORIGINAL else ORIGINAL])
+        made.take(taken)
+        try:
+            yield TransformersBackend(target, self.tokenizer, name=label)  # a fresh one: the weights changed
+        finally:
+            made.reset()
+
+    def recipe(self, kept: Sequence[Part]) -> list[str]:
+        return []  # no one tool makes a transformers checkpoint with some parts kept: the parts are the recipe

@@ -15,14 +15,18 @@ Parts are ranked by restore share (the mean over the blamed rows). The fix set a
 that order, re-scoring the combined hybrid each step, until every blamed row's far drift is
 within its threshold (or no part left restores anything); the combined hybrid is then run through the gate on the whole
 selection (the verification: PASS or FAIL as the gate would say).
+
+The flow is the same for every backend: it asks a ``backends.parts.Pair`` for the parts, their
+cost, a backend reading each hybrid, and the recipe of the fix set (transformers: state-dict
+surgery on the loaded models; llama.cpp: GGUF files written with the parts copied over).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.backends.parts import Cost, Hybrid, Part, check_compatible, cost, model_parts, select_parts
+from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, StateDictPair, select_parts
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.losses import losses
@@ -88,6 +92,7 @@ class Blame:
     fix_steps: list[dict[str, RowState]] = field(default_factory=list)  # the rows after each part added
     fixed: bool = False  # every blamed row's far drift within its threshold with the fix set
     fix_cost: Cost | None = None
+    recipe: list[str] = field(default_factory=list)  # how to make the fix set with the backend's own tools
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
 
@@ -124,17 +129,17 @@ class Blame:
                                         "differ": self.differ(p, row)} for row in self.rows}}
                       for n, p in enumerate(self.parts)],
             "fix_set": {"parts": self.fix_set, "fixed": self.fixed, "steps": [state(s) for s in self.fix_steps],
-                        "cost": asdict(self.fix_cost) if self.fix_cost else None},
+                        "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe},
             "verification": self.verification,
         }
 
 
 class Scorer:
-    """Scores a model (a hybrid, as it stands) on the blamed rows' items against the baseline."""
+    """Scores hybrids of a pair on the blamed rows' items against the baseline."""
 
-    def __init__(self, tokenizer: Any, dataset: Dataset, baseline: ScoresFile, mode: str, thresholds: Thresholds,
+    def __init__(self, pair: Pair, dataset: Dataset, baseline: ScoresFile, mode: str, thresholds: Thresholds,
                  rows: Sequence[str], progress: bool):
-        self.tokenizer, self.dataset, self.baseline, self.mode = tokenizer, dataset, baseline, mode
+        self.pair, self.dataset, self.baseline, self.mode = pair, dataset, baseline, mode
         self.thresholds, self.rows, self.progress = thresholds, list(rows), progress
         self.baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
         self.runs = 0
@@ -144,15 +149,16 @@ class Scorer:
             return False
         return labelled(label)
 
-    def __call__(self, model: Any, label: str) -> dict[str, RowState]:
+    def __call__(self, base: str, taken: Sequence[Part], label: str) -> dict[str, RowState]:
+        """The blamed rows with ``base`` (ORIGINAL or CANDIDATE) holding ``taken`` from the other side."""
         self.runs += 1
-        backend = TransformersBackend(model, self.tokenizer, name=label)  # a fresh one: the weights changed
-        _, _, evaluation = gated(backend, self.tokenizer, self.dataset, self.mode, self.baseline, self.baseline_sets,
-                                 self.thresholds, self.factory(f"blame {label}"))
+        with self.pair.hybrid(base, taken, label) as backend:
+            _, _, evaluation = gated(backend, self.pair.tokenizer, self.dataset, self.mode, self.baseline, self.baseline_sets,
+                                     self.thresholds, self.factory(f"blame {label}"))
         return row_states(evaluation, self.rows)
 
 
-def gated(backend: TransformersBackend, tokenizer: Any, dataset: Dataset, mode: str, baseline: ScoresFile,
+def gated(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, baseline: ScoresFile,
           baseline_sets: dict, thresholds: Thresholds, progress: Callable[[int, int], Progress] | bool,
           ) -> tuple[ScoresFile, dict, Evaluation]:
     """A model's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation."""
@@ -184,19 +190,24 @@ def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: 
 
 
 def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,
-          names: tuple[str, str] = ("original", "candidate"), thresholds: Thresholds | None = None,
-          granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
-          verify: bool = True, progress: bool = True) -> Blame:
+          names: tuple[str, str] = ("original", "candidate"), **options: Any) -> Blame:
     """Blame the parts of ``candidate`` (a transformers model) for its failing rows against
-    ``original``'s ``baseline`` (None: the original is scored on ``dataset`` first). ``names``:
-    how both models are named (``--reference``, ``--model``). Both models are changed in place
+    ``original``'s ``baseline``; ``blame_pair``'s options. Both models are changed in place
     while hybrids are scored, and are as loaded again on return."""
+    return blame_pair(StateDictPair(original, candidate, tokenizer, names), dataset, baseline, **options)
+
+
+def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thresholds: Thresholds | None = None,
+               granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
+               verify: bool = True, progress: bool = True) -> Blame:
+    """Blame the parts of the pair's candidate for its failing rows against the original's
+    ``baseline`` (None: the original is scored on ``dataset`` first)."""
     thresholds = thresholds or Thresholds()
-    check_compatible(original, candidate, *names)
-    chosen = select_parts(model_parts(candidate, granularity), parts, granularity)
+    names, tokenizer = pair.names, pair.tokenizer
+    chosen = select_parts(pair.parts(granularity), parts, granularity)
     if baseline is None:
-        baseline = score_sets(TransformersBackend(original, tokenizer, name=names[0]), tokenizer, dataset,
-                              progress=progress).as_baseline()
+        with pair.hybrid(ORIGINAL, [], names[0]) as backend:
+            baseline = score_sets(backend, tokenizer, dataset, progress=progress).as_baseline()
         where = f"the original {names[0]}, scored now"
     else:
         where = f"baseline {baseline.path}"
@@ -208,67 +219,59 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
     mode = baseline.mode
     factory = labelled(f"blame: the candidate {names[1]}") if progress else False
     baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
-    _, _, evaluation = gated(TransformersBackend(candidate, tokenizer, name=names[1]), tokenizer, dataset, mode, baseline,
-                             baseline_sets, thresholds, factory)
+    with pair.hybrid(CANDIDATE, [], names[1]) as backend:
+        _, _, evaluation = gated(backend, tokenizer, dataset, mode, baseline, baseline_sets, thresholds, factory)
     found = Blame(names[0], names[1], granularity, passed=not evaluation.failing_rows())
     if found.passed:
         return found
     found.rows = choose_rows(evaluation, rows, where)
     found.candidate = row_states(evaluation, found.rows)
-    scorer = Scorer(tokenizer, _rows_items(dataset, evaluation, found.rows), baseline, mode, thresholds, found.rows, progress)
+    scorer = Scorer(pair, _rows_items(dataset, evaluation, found.rows), baseline, mode, thresholds, found.rows, progress)
     total = 2 * len(chosen)
-    for direction, target, source in ((RESTORE, candidate, original), (DAMAGE, original, candidate)):
-        hybrid = Hybrid(target, source)
+    for direction, base in ((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL)):
         for part in chosen:
             entry = next((p for p in found.parts if p.part is part), None)
             if entry is None:
-                entry = PartBlame(part, cost(original, candidate, [part]))
+                entry = PartBlame(part, pair.cost([part]))
                 found.parts.append(entry)
-            hybrid.take([part])
-            try:
-                getattr(entry, direction).update(scorer(target, f"{scorer.runs + 1}/{total} {direction} {part.name}"))
-            finally:
-                hybrid.reset()
+            getattr(entry, direction).update(scorer(base, [part], f"{scorer.runs + 1}/{total} {direction} {part.name}"))
     found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
-    _fix(found, candidate, original, scorer, thresholds, dataset, baseline, baseline_sets, verify, progress)
+    _fix(found, scorer, thresholds, dataset, baseline, baseline_sets, verify)
     return found
 
 
-def _fix(found: Blame, candidate: Any, original: Any, scorer: Scorer, thresholds: Thresholds, dataset: Dataset,
-         baseline: ScoresFile, baseline_sets: dict, verify: bool, progress: bool) -> None:
-    """The greedy fix set, its cost, and (``verify``) its gate run on the whole selection."""
+def _fix(found: Blame, scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile, baseline_sets: dict,
+         verify: bool) -> None:
+    """The greedy fix set, its cost and recipe, and (``verify``) its gate run on the whole selection."""
     states = found.candidate
-    hybrid = Hybrid(candidate, original)
-    try:
-        for entry in found.parts:
-            if all(s.within for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
-                break
-            hybrid.take([entry.part])
-            found.fix_set.append(entry.part.name)
-            states = scorer(candidate, f"fix set {len(found.fix_set)}: + {entry.part.name}")
-            found.fix_steps.append(states)
-        found.fixed = all(s.within for s in states.values())
-        if not found.fix_set:
-            found.notes.append("the blamed rows' far drift is within their thresholds already (they fail on other "
-                               "checks): no part to keep")
-        elif not found.fixed:
-            found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
-                               "measured), a blamed row's far drift is still beyond its threshold: the rest of the damage "
-                               "lies in parts not measured (--parts) or in how the parts interact")
-        kept = [p.part for p in found.parts if p.part.name in found.fix_set]
-        found.fix_cost = cost(original, candidate, kept)
-        if verify and found.fix_set:
-            found.verification = _verify(candidate, scorer, thresholds, dataset, baseline, baseline_sets)
-    finally:
-        hybrid.reset()
+    kept: list[Part] = []
+    for entry in found.parts:
+        if all(s.within for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
+            break
+        kept.append(entry.part)
+        found.fix_set.append(entry.part.name)
+        states = scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
+        found.fix_steps.append(states)
+    found.fixed = all(s.within for s in states.values())
+    if not found.fix_set:
+        found.notes.append("the blamed rows' far drift is within their thresholds already (they fail on other "
+                           "checks): no part to keep")
+    elif not found.fixed:
+        found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
+                           "measured), a blamed row's far drift is still beyond its threshold: the rest of the damage "
+                           "lies in parts not measured (--parts) or in how the parts interact")
+    found.fix_cost = scorer.pair.cost(kept)
+    found.recipe = scorer.pair.recipe(kept) if kept else []
+    if verify and found.fix_set:
+        found.verification = _verify(kept, scorer, thresholds, dataset, baseline, baseline_sets)
 
 
-def _verify(model: Any, scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile,
+def _verify(kept: Sequence[Part], scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile,
             baseline_sets: dict) -> dict[str, Any]:
-    """The model as it stands (the fix set's hybrid) through the gate on the whole selection."""
-    backend = TransformersBackend(model, scorer.tokenizer, name="fix set")
-    scores, sets, evaluation = gated(backend, scorer.tokenizer, dataset, scorer.mode, baseline, baseline_sets, thresholds,
-                                     scorer.factory("blame: verifying the fix set"))
+    """The candidate with ``kept`` from the original (the fix set's hybrid) through the gate on the whole selection."""
+    with scorer.pair.hybrid(CANDIDATE, kept, "fix set") as backend:
+        scores, sets, evaluation = gated(backend, scorer.pair.tokenizer, dataset, scorer.mode, baseline, baseline_sets,
+                                         thresholds, scorer.factory("blame: verifying the fix set"))
     items, _ = losses(scores, baseline, sets, baseline_sets, thresholds, dataset)
     failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
     failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]

@@ -1,0 +1,194 @@
+"""Hybrids of two GGUF files of one model, for ``longctx blame --backend llama.cpp``: the parts of
+a GGUF file, named as the transformers side names them (``backends/parts.py``), and a
+``Pair`` whose hybrids are GGUF files written with the ``gguf`` package and read by llama.cpp.
+
+A hybrid holds every metadata key and every tensor of its base file, except the tensors of
+the parts taken, which are copied from the other file as they are stored there (raw blocks,
+ggml type unchanged). GGUF names map to parts so: ``token_embd`` is ``embed``, ``output`` is
+``lm_head`` (absent when the head is tied to the embeddings), ``blk.N.*`` is ``layer.N``, within
+it ``attn_*`` (q/k/v/output and their norms) is ``layer.N.attn``, ``ffn_*`` ``layer.N.mlp`` and
+the norms around them (``attn_norm``, ``ffn_norm``, ...) ``layer.N.norms``; the rest
+(``output_norm``) is ``final``. When the two sides run with different KV cache types
+(``cache-type-k``, ``cache-type-v``), the cache is one more part, ``kv_cache``: taking it runs
+the base file with the other side's cache types.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from pytest_longctx.backends import backend_options
+from pytest_longctx.backends.aliases import resolve_model
+from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend, checked_file
+from pytest_longctx.backends.llama_cpp.recipe import FULL_PRECISION, quantize_arguments
+from pytest_longctx.backends.llama_cpp.settings import Settings, parse_settings
+from pytest_longctx.backends.parts import (
+    CANDIDATE,
+    ORIGINAL,
+    Cost,
+    Part,
+    check_granularity,
+    check_tensors,
+    grouped,
+    part_name,
+)
+from pytest_longctx.errors import LongctxError
+
+KV_CACHE = "kv_cache"  # the part that stands for the KV cache's types
+CACHE_OPTIONS = ("cache-type-k", "cache-type-v")
+LAYER = re.compile(r"^blk\.(?P<index>\d+)\.(?P<stem>[^.]+)\.")
+NORMS = re.compile(r"^(attn_norm(_\d+)?|ffn_norm|post_\w*norm|\w+_post_norm|layer_output_norm)$")  # around attention and MLP
+TOP = {"token_embd": "embed", "output": "lm_head"}  # tensors outside the layers with parts of their own
+
+
+def _where(name: str) -> str | tuple[int, str]:
+    found = LAYER.match(name)
+    if found is None:
+        return TOP.get(name.split(".")[0], "final")
+    stem = found["stem"]
+    block = "norms" if NORMS.match(stem) else "attn" if stem.startswith("attn_") else "mlp" if stem.startswith("ffn_") else "norms"
+    return int(found["index"]), block
+
+
+def gguf_parts(names: Iterable[str], granularity: str) -> list[Part]:
+    """The parts of a GGUF file's tensors ``names`` at ``granularity``, in the file's order."""
+    check_granularity(granularity)
+    return grouped((name, part_name(granularity, name, _where(name))) for name in names)
+
+
+class GGUFFile:
+    """A GGUF file's tensors as the ``gguf`` package reads them (mapped, not loaded)."""
+
+    def __init__(self, path: Path, option: str, shown: str):
+        from gguf import GGUFReader
+
+        try:
+            self.reader = GGUFReader(path)
+        except (ValueError, OSError) as exc:
+            raise LongctxError(f"{option} {shown}: the gguf package cannot read it ({exc}); re-download or re-convert it") from None
+        self.path = path
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        field = self.reader.fields.get("general.architecture")
+        self.architecture = str(field.contents()) if field is not None else "?"
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Tensor name -> its shape as GGUF stores it (innermost dimension first)."""
+        return {name: tuple(int(n) for n in t.shape) for name, t in self.tensors.items()}
+
+    def type_of(self, name: str) -> str:
+        return self.tensors[name].tensor_type.name
+
+    def file_type_name(self) -> str:
+        """The file type as the quantizer takes it (``Q4_K_M``, ``F32``), from ``general.file_type``."""
+        from gguf import LlamaFileType
+
+        field = self.reader.fields.get("general.file_type")
+        try:
+            return LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except (AttributeError, ValueError):  # no such key, or a code this gguf package does not know
+            return "TYPE"
+
+
+def write_hybrid(base: GGUFFile, source: GGUFFile, taken: set[str], target: Path) -> None:
+    """``base`` written as ``target`` with the tensors ``taken`` copied from ``source``: every
+    metadata key of ``base``, every tensor's raw blocks and ggml type as its file stores them."""
+    from gguf import GGUFValueType, GGUFWriter
+
+    writer = GGUFWriter(target, base.architecture)  # writes general.architecture itself
+    for name, field in base.reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "general.alignment":
+            writer.add_custom_alignment(int(field.contents()))
+            continue
+        kind = field.types[0]
+        writer.add_key_value(name, field.contents(), kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    for name in base.tensors:
+        stored = (source if name in taken else base).tensors[name]
+        writer.add_tensor(name, stored.data, raw_dtype=stored.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+class GGUFPair:
+    """Two GGUF files of one model (checked: one architecture, the same tensor names and
+    shapes) as a ``backends.parts.Pair``, each run with its own llama.cpp settings."""
+
+    def __init__(self, original: str, candidate: str, settings: tuple[Settings, Settings], names: tuple[str, str] | None = None):
+        self.names = names or (original, candidate)
+        self.files = {ORIGINAL: GGUFFile(checked_file(original), "--reference", self.names[0]),
+                      CANDIDATE: GGUFFile(checked_file(candidate), "--model", self.names[1])}
+        self.settings = dict(zip((ORIGINAL, CANDIDATE), settings))
+        mine, theirs = self.files[ORIGINAL], self.files[CANDIDATE]
+        if mine.architecture != theirs.architecture:
+            raise LongctxError(f"--reference {self.names[0]} is a GGUF of a {mine.architecture} model, --model {self.names[1]} "
+                               f"of a {theirs.architecture} one: blame takes two GGUF files of one model")
+        check_tensors(mine.shapes(), theirs.shapes(), *self.names, "two GGUF files")
+        self.candidate = LlamaCppBackend.load(str(theirs.path), self.settings[CANDIDATE], name=self.names[1])
+        self.tokenizer = self.candidate.tokenizer  # the GGUF's own; a hybrid holds its base's metadata, the same tokenizer
+
+    @property
+    def cache_differs(self) -> bool:
+        a, b = self.settings[ORIGINAL], self.settings[CANDIDATE]
+        return (a.cache_type_k, a.cache_type_v) != (b.cache_type_k, b.cache_type_v)
+
+    def parts(self, granularity: str) -> list[Part]:
+        found = gguf_parts(self.files[CANDIDATE].tensors, granularity)
+        return found + [Part(KV_CACHE, ())] if self.cache_differs else found
+
+    def cost(self, parts: Iterable[Part]) -> Cost:
+        names = [n for part in parts for n in part.parameters]
+        mine, theirs = self.files[ORIGINAL].tensors, self.files[CANDIDATE].tensors
+        return Cost(sum(int(mine[n].n_elements) for n in names), sum(int(mine[n].n_bytes) for n in names),
+                    sum(int(theirs[n].n_bytes) for n in names))
+
+    @contextmanager
+    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Any]:
+        other = CANDIDATE if base == ORIGINAL else ORIGINAL
+        settings = self.settings[base]
+        if any(p.name == KV_CACHE for p in taken):
+            theirs = self.settings[other]
+            settings = replace(settings, cache_type_k=theirs.cache_type_k, cache_type_v=theirs.cache_type_v)
+        tensors = {n for part in taken for n in part.parameters}
+        if not tensors:
+            yield self.candidate if base == CANDIDATE and settings == self.settings[CANDIDATE] else \
+                LlamaCppBackend.load(str(self.files[base].path), settings, name=label)
+            return
+        with tempfile.TemporaryDirectory(prefix="longctx-blame-") as folder:
+            path = Path(folder) / "hybrid.gguf"
+            write_hybrid(self.files[base], self.files[other], tensors, path)
+            yield LlamaCppBackend.load(str(path), settings, name=label)
+
+    def recipe(self, kept: Sequence[Part]) -> list[str]:
+        """The ``llama-quantize`` command that makes the candidate with ``kept`` at the original's
+        types (``recipe.py``), and the original's cache types when the KV cache is kept."""
+        mine = self.files[ORIGINAL]
+        matrices = {p.name: [(n, mine.type_of(n)) for n in p.parameters if len(mine.tensors[n].shape) > 1] for p in kept}
+        requantize = any(mine.type_of(n) not in FULL_PRECISION for n in mine.tensors)
+        lines = quantize_arguments({name: found for name, found in matrices.items() if found},
+                                   self.files[CANDIDATE].file_type_name(), self.names[0], requantize)
+        if any(p.name == KV_CACHE for p in kept):
+            settings = self.settings[ORIGINAL]
+            lines.append(f"and run it with the original's KV cache: --cache-type-k {settings.cache_type_k} "
+                         f"--cache-type-v {settings.cache_type_v}")
+        return lines
+
+
+def load_pair(reference: str, model: str, options: Sequence[str] = (), reference_options: Sequence[str] = ()) -> GGUFPair:
+    """The pair ``--reference`` and ``--model`` name (files or aliases): the candidate run with
+    ``options`` (``--backend-option``), the original with the same but for its KV cache types,
+    which are part of the compression (llama.cpp's own f16 unless ``reference_options`` say
+    otherwise), and with ``reference_options`` (``--reference-option``) over them."""
+    mine = {k: v for k, v in backend_options(options).items() if k not in CACHE_OPTIONS}
+    try:
+        theirs = backend_options(reference_options)
+    except LongctxError as exc:
+        raise LongctxError(str(exc).replace("--backend-option", "--reference-option")) from None
+    return GGUFPair(resolve_model(reference), resolve_model(model),
+                    (parse_settings({**mine, **theirs}), parse_settings(backend_options(options))), names=(reference, model))

@@ -1,0 +1,232 @@
+"""``longctx blame --backend llama.cpp``: hybrids of two tiny llama GGUF files (random weights,
+SmolLM2's tokenizer) read through llama.cpp exactly what the file they copy reads (every part
+taken back is the original, bit for bit; none is the candidate), planted damage is found and
+fixed by exactly the planted layers, the fix set's llama-quantize arguments and cost are the
+tensors' own, a quantized KV cache is one more part, and bad input is one line."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import needs, needs_smollm2
+
+from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
+from pytest_longctx.backends.llama_cpp.hybrids import GGUFFile, GGUFPair, gguf_parts, write_hybrid
+from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
+from pytest_longctx.backends.llama_cpp.settings import Settings
+from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, select_parts
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.scoring.pipeline import score_items
+
+pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
+
+HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 4
+PLANTED = (1, 3)
+MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+SETTINGS = Settings(threads=2)
+
+
+def tensors_of(vocab: int, ffn: int = FFN, head: bool = True) -> dict[str, np.ndarray]:
+    """A tiny llama's tensors in numpy order ([out, in]), random with a fixed seed."""
+    rng = np.random.default_rng(5)
+    kv = HIDDEN // HEADS * KV_HEADS
+    shapes = {"token_embd.weight": (vocab, HIDDEN)}
+    for n in range(LAYERS):
+        shapes |= {f"blk.{n}.attn_norm.weight": (HIDDEN,), f"blk.{n}.attn_q.weight": (HIDDEN, HIDDEN),
+                   f"blk.{n}.attn_k.weight": (kv, HIDDEN), f"blk.{n}.attn_v.weight": (kv, HIDDEN),
+                   f"blk.{n}.attn_output.weight": (HIDDEN, HIDDEN), f"blk.{n}.ffn_norm.weight": (HIDDEN,),
+                   f"blk.{n}.ffn_gate.weight": (ffn, HIDDEN), f"blk.{n}.ffn_up.weight": (ffn, HIDDEN),
+                   f"blk.{n}.ffn_down.weight": (HIDDEN, ffn)}
+    shapes["output_norm.weight"] = (HIDDEN,)
+    if head:
+        shapes["output.weight"] = (vocab, HIDDEN)
+    return {name: (1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1 else 0.5 * rng.standard_normal(shape))
+            .astype(np.float32) for name, shape in shapes.items()}
+
+
+def write_gguf(path, tensors: dict[str, np.ndarray], quantized: set[str] = frozenset(), architecture: str = "llama"):
+    """A llama GGUF of ``tensors`` with SmolLM2's tokenizer; ``quantized`` stored as Q8_0 (and
+    the file type then Q8_0, else F32)."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+    from gguf.quants import quantize
+
+    from pytest_longctx.backends.aliases import smollm2_gguf
+
+    writer = GGUFWriter(path, architecture)
+    vocab = len(tensors["token_embd.weight"])
+    writer.add_context_length(8192)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(len(tensors["blk.0.ffn_up.weight"]))
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_vocab_size(vocab)
+    writer.add_file_type(LlamaFileType.MOSTLY_Q8_0 if quantized else LlamaFileType.ALL_F32)
+    for name, field in GGUFReader(smollm2_gguf()).fields.items():
+        if name.startswith("tokenizer."):
+            kind = field.types[0]
+            writer.add_key_value(name, field.contents(), kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    for name, values in tensors.items():
+        if name in quantized:
+            writer.add_tensor(name, quantize(values, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    from pytest_longctx.backends.aliases import smollm2_gguf
+
+    return len(LlamaCppBackend.load(smollm2_gguf()).tokenizer)
+
+
+@pytest.fixture(scope="module")
+def files(vocab, tmp_path_factory):
+    """The original (F32) and the candidate: planted layers with heavy noise and stored as Q8_0."""
+    folder = tmp_path_factory.mktemp("gguf")
+    clean = tensors_of(vocab)
+    damaged = dict(clean)
+    rng = np.random.default_rng(7)
+    planted = {f"blk.{n}.{m}.weight" for n in PLANTED for m in MATRICES}
+    for name in planted:
+        damaged[name] = (clean[name] + rng.standard_normal(clean[name].shape) * clean[name].std()).astype(np.float32)
+    return write_gguf(folder / "original.gguf", clean), write_gguf(folder / "candidate.gguf", damaged, planted)
+
+
+@pytest.fixture(scope="module")
+def pair(files):
+    return GGUFPair(str(files[0]), str(files[1]), (SETTINGS, SETTINGS), names=("original.gguf", "candidate.gguf"))
+
+
+@pytest.fixture(scope="module")
+def dataset(data_dir):
+    return load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=2)
+
+
+def reads(backend, dataset):
+    scores = score_items(backend, backend.tokenizer, dataset, "text", progress=False)
+    return {(c, n, i): (s.targets, s.controls, s.drift) for c, n, i, s in scores.items()}
+
+
+def test_the_parts_are_named_as_the_transformers_side_names_them(files):
+    names = list(GGUFFile(files[0], "--reference", "o").tensors)
+    for granularity in ("layer", "block", "tensor"):
+        assert sorted(n for p in gguf_parts(names, granularity) for n in p.parameters) == sorted(names)
+    assert [p.name for p in gguf_parts(names, "layer")] == ["embed", "layer.0", "layer.1", "layer.2", "layer.3", "final",
+                                                            "lm_head"]
+    block = {p.name: p.parameters for p in gguf_parts(names, "block")}
+    assert block["layer.2.attn"] == tuple(f"blk.2.{m}.weight" for m in MATRICES[:4])
+    assert block["layer.2.mlp"] == tuple(f"blk.2.{m}.weight" for m in MATRICES[4:])
+    assert block["layer.2.norms"] == ("blk.2.attn_norm.weight", "blk.2.ffn_norm.weight")
+    assert block["final"] == ("output_norm.weight",) and block["embed"] == ("token_embd.weight",)
+
+
+def test_a_hybrid_holds_the_source_s_raw_blocks_and_the_base_s_metadata(files, tmp_path):
+    original, candidate = (GGUFFile(f, "--model", "x") for f in files)
+    taken = {"blk.1.attn_q.weight", "blk.1.attn_norm.weight"}
+    write_hybrid(candidate, original, taken, tmp_path / "hybrid.gguf")
+    hybrid = GGUFFile(tmp_path / "hybrid.gguf", "--model", "hybrid")
+    assert list(hybrid.tensors) == list(candidate.tensors)
+    for name, tensor in hybrid.tensors.items():
+        source = (original if name in taken else candidate).tensors[name]
+        assert tensor.tensor_type == source.tensor_type and np.asarray(tensor.data).tobytes() == np.asarray(source.data).tobytes()
+    assert hybrid.type_of("blk.1.attn_q.weight") == "F32" and hybrid.type_of("blk.1.attn_k.weight") == "Q8_0"
+    fields = {n: f.contents() for n, f in hybrid.reader.fields.items() if not n.startswith("GGUF.")}
+    assert fields == {n: f.contents() for n, f in candidate.reader.fields.items() if not n.startswith("GGUF.")}
+
+
+def test_every_part_taken_back_is_the_original_and_none_the_candidate(pair, files, dataset):
+    mine = reads(LlamaCppBackend.load(str(files[0]), SETTINGS), dataset)
+    theirs = reads(LlamaCppBackend.load(str(files[1]), SETTINGS), dataset)
+    assert mine != theirs
+    for granularity in ("layer", "block"):
+        every = pair.parts(granularity)
+        with pair.hybrid(CANDIDATE, every, "all back") as backend:
+            assert reads(backend, dataset) == mine  # bit-identical through llama.cpp, drift blocks included
+        with pair.hybrid(ORIGINAL, every, "all damaged") as backend:
+            assert reads(backend, dataset) == theirs
+    for base, expected in ((CANDIDATE, theirs), (ORIGINAL, mine)):
+        with pair.hybrid(base, [], "none") as backend:
+            assert reads(backend, dataset) == expected
+
+
+def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, files, dataset):
+    found = blame_pair(pair, dataset, None, progress=False)
+    assert not found.passed and found.rows
+    planted = [f"layer.{n}" for n in PLANTED]
+    assert {p.part.name for p in found.parts[:2]} == set(planted)
+    for row in found.rows:
+        assert all(found.restore_share(p, row) > 0.0 for p in found.parts[:2])
+        assert all(abs(found.restore_share(p, row)) < 1e-9 for p in found.parts[2:])  # clean parts restore nothing
+        assert all(found.damage_share(p, row) == 0.0 for p in found.parts[2:])
+    assert set(found.fix_set) == set(planted) and found.fixed
+    assert found.verification["passed"], found.verification["failing"]
+    # the cost from the tensors themselves: F32 in the original, Q8_0 matrices (34 bytes a block of 32) in the candidate
+    matrices = sum(HIDDEN * HIDDEN * 2 + HIDDEN // 2 * HIDDEN * 2 + FFN * HIDDEN * 3 for _ in PLANTED)
+    norms = 2 * HIDDEN * len(PLANTED)
+    assert (found.fix_cost.parameters, found.fix_cost.original_bytes, found.fix_cost.candidate_bytes) == (
+        matrices + norms, 4 * (matrices + norms), matrices // 32 * 34 + 4 * norms)
+    stems = "|".join(MATRICES)
+    assert found.recipe == ["llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\"
+                                                    for n in (int(name[-1]) for name in found.fix_set)),
+                            "  original.gguf fixed.gguf Q8_0"]
+    pattern = found.recipe[1].split("'")[1].rsplit("=", 1)[0]
+    every = list(GGUFFile(files[0], "--model", "x").tensors)
+    layer = found.fix_set[0][-1]
+    assert [n for n in every if re.search(pattern, n)] == [f"blk.{layer}.{m}.weight" for m in MATRICES]
+
+
+def test_a_tensor_pattern_matches_exactly_its_names():
+    names = ["blk.1.attn_q.weight", "blk.1.ffn_up.weight"]
+    assert tensor_pattern(names) == r"^blk\.1\.(attn_q|ffn_up)\.weight$"
+    assert tensor_pattern(["output.weight", "token_embd.weight"]) == r"^(output|token_embd)\.weight$"
+    assert tensor_pattern(["output.weight"]) == r"^output\.weight$"
+    others = ["blk.11.attn_q.weight", "blk.1.attn_q.bias", "xblk.1.attn_q.weight", "blk.1.attn_k.weight"]
+    assert not any(re.search(tensor_pattern(names), n) for n in others)
+
+
+def test_a_quantized_kv_cache_is_one_more_part(files, dataset):
+    quantized = Settings(threads=2, cache_type_k="q8_0")
+    pair = GGUFPair(str(files[0]), str(files[0]), (SETTINGS, quantized), names=("original.gguf", "same.gguf"))
+    assert [p.name for p in pair.parts("layer")][-2:] == ["lm_head", "kv_cache"]
+    kv = pair.parts("layer")[-1:]
+    assert pair.cost(kv).parameters == 0
+    plain = reads(LlamaCppBackend.load(str(files[0]), SETTINGS), dataset)
+    rounded = reads(LlamaCppBackend.load(str(files[0]), quantized), dataset)
+    assert plain != rounded
+    for base, taken, expected in ((CANDIDATE, kv, plain), (CANDIDATE, [], rounded), (ORIGINAL, kv, rounded), (ORIGINAL, [], plain)):
+        with pair.hybrid(base, taken, "kv") as backend:
+            assert reads(backend, dataset) == expected
+    assert pair.recipe(kv)[-1] == "and run it with the original's KV cache: --cache-type-k f16 --cache-type-v f16"
+    assert [p.name for p in GGUFPair(str(files[0]), str(files[0]), (SETTINGS, SETTINGS)).parts("layer")][-1] == "lm_head"
+
+
+def test_bad_input_is_one_line(files, vocab, tmp_path):
+    cases = [
+        (write_gguf(tmp_path / "qwen.gguf", tensors_of(vocab), architecture="qwen2"),
+         "--reference o.gguf is a GGUF of a llama model, --model b.gguf of a qwen2 one: blame takes two GGUF files of one model"),
+        (write_gguf(tmp_path / "tied.gguf", tensors_of(vocab, head=False)),
+         "their tensor names do not match (1 differ; output.weight is only in --reference): blame takes two GGUF files"),
+        (write_gguf(tmp_path / "wide.gguf", tensors_of(vocab, ffn=2 * FFN)),
+         "blk.0.ffn_gate.weight is [64, 128] in one and [64, 256] in the other: blame takes two GGUF files of one shape"),
+    ]
+    for other, message in cases:
+        with pytest.raises(LongctxError) as raised:
+            GGUFPair(str(files[0]), str(other), (SETTINGS, SETTINGS), names=("o.gguf", "b.gguf"))
+        assert message in str(raised.value) and "\n" not in str(raised.value)
+    names = list(GGUFFile(files[0], "--model", "x").tensors)
+    with pytest.raises(LongctxError, match=r"^--parts layer\.9: no such part at --granularity layer; the parts are "
+                                           r"embed, layer\.0, layer\.1, layer\.2, layer\.3, final, lm_head$"):
+        select_parts(gguf_parts(names, "layer"), ["layer.1", "layer.9"], "layer")
+    with pytest.raises(LongctxError, match=r"^--model nothing\.gguf: no such \.gguf file$"):
+        GGUFPair(str(files[0]), "nothing.gguf", (SETTINGS, SETTINGS))
