@@ -4,13 +4,13 @@ quantization, the settings that change the numbers)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_longctx.backends.base import ReadResult, read_by_session
+from pytest_longctx.backends.files import file_digest
 from pytest_longctx.backends.llama_cpp.context import Context
 from pytest_longctx.backends.llama_cpp.library import LOG, library_versions, load_library, said
 from pytest_longctx.backends.llama_cpp.session import LlamaCppReadSession
@@ -35,15 +35,6 @@ def checked_file(model: str) -> Path:
         raise LongctxError(f"--model {model}: {path} is not a GGUF file (it does not begin with 'GGUF'); "
                            "give a .gguf model, or convert the model with llama.cpp's converter")
     return path
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of the file's bytes: its weights, quantization and metadata."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()[:32]
 
 
 class LlamaCppBackend:
