@@ -29,14 +29,16 @@ class Progress:
         self.last_shown = float("-inf")
         self.items = self.tokens = 0
         self.shown: tuple[int, int] | None = None
+        self.detail: Callable[[], str] | None = None  # more to show after the figures (a server's requests in flight)
 
     def line(self) -> str:
         elapsed = max(self.clock() - self.started, 1e-9)
         rate = self.tokens / elapsed
         eta = (self.total_tokens - self.tokens) / rate if rate > 0 else float("nan")
         eta_text = _clock(eta) if eta == eta else "?"
+        detail = f"; {self.detail()}" if self.detail is not None else ""
         return (f"{self.label}: {self.items}/{self.total_items} items, {self.tokens:,}/{self.total_tokens:,} tokens, "
-                f"{rate:,.0f} tokens/s, elapsed {_clock(elapsed)}, ETA {eta_text}")
+                f"{rate:,.0f} tokens/s, elapsed {_clock(elapsed)}, ETA {eta_text}{detail}")
 
     def advance(self, items: int = 0, tokens: int = 0) -> None:
         self.items += items

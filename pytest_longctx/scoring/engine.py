@@ -2,7 +2,8 @@
 
 1. Every sequence is cut after its last read; identical cut sequences (across items,
    configs and languages) become one request with the union of their reads.
-2. Requests already in the score cache are answered from it.
+2. Requests already in the score cache are answered from it; each request computed goes
+   into it as soon as it is answered (a run stopped half way keeps what it scored).
 3. The rest run as a prefix tree when the backend can save and rewind its state
    (``backend.session()``): each shared prefix once, each continuation only its suffix.
    Otherwise each request is one ``backend.read``.
@@ -101,12 +102,19 @@ ProgressFactory = Callable[[int, int], Progress]
 
 
 class _Tracker:
-    """Reports progress: tokens as they run, an item once its last request is answered."""
+    """Reports progress: tokens as they run, an item once its last request is answered; and
+    keeps each request's answers as it is answered, handing them to ``keep`` at once (the
+    score cache: a run stopped half way keeps what it scored). A backend's optional
+    ``status()`` (a server backend's requests in flight) is shown on the progress line."""
 
-    def __init__(self, factory: ProgressFactory | None, requests: list[Request], n_items: int):
+    def __init__(self, factory: ProgressFactory | None, requests: list[Request], n_items: int,
+                 keep: Callable[[Request, Answers], None] | None = None, status: Callable[[], str] | None = None):
         self.factory = factory
         self.progress: Progress | None = None
         self.requests = requests
+        self.keep = keep
+        self.status = status
+        self.done: list[Answers] = [{} for _ in requests]
         self.left = [0] * n_items
         for request in requests:
             for number in request.items:
@@ -115,6 +123,8 @@ class _Tracker:
     def start(self, total_tokens: int) -> None:
         if self.factory:
             self.progress = self.factory(len(self.left), total_tokens)
+            if self.status is not None:
+                self.progress.detail = self.status
             self.progress.advance(items=sum(1 for count in self.left if count == 0))  # answered from the cache
 
     def close(self) -> None:
@@ -125,7 +135,10 @@ class _Tracker:
         if self.progress:
             self.progress.advance(tokens=count)
 
-    def answered(self, request: int) -> None:
+    def answered(self, request: int, answers: Answers) -> None:
+        self.done[request] = answers
+        if self.keep is not None:
+            self.keep(self.requests[request], answers)
         finished = 0
         for number in self.requests[request].items:
             self.left[number] -= 1
@@ -209,7 +222,7 @@ def _read_each(backend: Backend, reader: Backend, requests: list[Request], track
         answers.append(_answers(backend, "read", result, indices, tokens, top_k,
                                 lambda _, request=request: named(request)))
         tracker.tokens(len(request.ids))
-        tracker.answered(number)
+        tracker.answered(number, answers[-1])
     return answers
 
 
@@ -235,7 +248,7 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
                                          lambda index: named(asker[id(node), index])))
             tracker.tokens(node.tokens)
         for number in node.ends:
-            tracker.answered(number)
+            tracker.answered(number, {i: prefix_tree.node_at(paths[number], i).results[i] for i in requests[number].reads})
         if not node.children:
             return
         saved = session.snapshot()  # the branch point: every child starts from here
@@ -245,7 +258,7 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
             visit(child)
 
     visit(root)
-    return [{i: prefix_tree.node_at(path, i).results[i] for i in request.reads} for request, path in zip(requests, paths)]
+    return tracker.done
 
 
 def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[[Request], str]) -> None:
@@ -284,7 +297,9 @@ def run(
     answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
-    tracker = _Tracker(progress, subset, len(plans))
+    status = getattr(backend, "status", None)
+    tracker = _Tracker(progress, subset, len(plans), keep=(lambda request, found: cache.put(request, found, top_k)) if cache else None,
+                       status=status if callable(status) else None)
     try:
         if subset and reuse_prefixes and has_sessions(reader):
             computed = _read_tree(backend, reader, subset, tracker, top_k, named)
@@ -297,8 +312,6 @@ def run(
         tracker.close()
     for n, found in zip(todo, computed):
         answers[n] = found
-        if cache is not None:
-            cache.put(requests[n], found, top_k)
     results: list[ItemReadScores] = []
     for plan, placed in zip(plans, where):
         item: ItemReadScores = []
