@@ -5,6 +5,7 @@ fixed by exactly the planted layers, the fix set's llama-quantize arguments and 
 tensors' own, a quantized KV cache is one more part, and bad input is one line."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -16,10 +17,11 @@ from pytest_longctx.backends.llama_cpp.hybrids import GGUFFile, GGUFPair, gguf_p
 from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
 from pytest_longctx.backends.llama_cpp.settings import Settings
 from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, select_parts
+from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import blame_pair
-from pytest_longctx.scoring.pipeline import score_items
+from pytest_longctx.scoring.pipeline import score_items, score_sets
 
 pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
 
@@ -230,3 +232,22 @@ def test_bad_input_is_one_line(files, vocab, tmp_path):
         select_parts(gguf_parts(names, "layer"), ["layer.1", "layer.9"], "layer")
     with pytest.raises(LongctxError, match=r"^--model nothing\.gguf: no such \.gguf file$"):
         GGUFPair(str(files[0]), "nothing.gguf", (SETTINGS, SETTINGS))
+def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(files, pair, data_dir, tmp_path, capsys):
+    original = LlamaCppBackend.load(str(files[0]), SETTINGS)
+    baseline = score_sets(original, original.tokenizer, load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1),
+                          progress=False)
+    baseline.as_baseline().save(tmp_path / "baseline.json.gz")
+    out = tmp_path / "blame.json"
+    code = main(["blame", "--backend", "llama.cpp", "--reference", str(files[0]), "--model", str(files[1]), "--baseline",
+                 str(tmp_path / "baseline.json.gz"), "--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k",
+                 "--limit", "1", "--granularity", "block", "--parts", "layer.0.attn,layer.1.mlp,layer.3.attn",
+                 "--backend-option", "threads=2", "--out", str(out), "--quiet"])
+    shown = capsys.readouterr().out
+    assert code == 0, shown
+    body = json.loads(out.read_text())
+    clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
+    assert clean["rank"] == 3 and all(abs(s["restore_far"]) < 1e-9 and s["damage_far"] == 0 for s in clean["shares"].values())
+    assert set(body["fix_set"]["parts"]) == {"layer.1.mlp", "layer.3.attn"}
+    recipe = body["fix_set"]["recipe"]
+    assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {files[0]} fixed.gguf Q8_0"
+    assert "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *recipe]) in shown

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.hf import factory
-from pytest_longctx.backends.parts import GRANULARITIES
+from pytest_longctx.backends.llama_cpp.hybrids import load_pair
+from pytest_longctx.backends.parts import GRANULARITIES, Pair, StateDictPair
 from pytest_longctx.cli.args import names
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.gate.blame import blame
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.blame import blame_pair
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
@@ -19,8 +22,9 @@ from pytest_longctx.scoring.scores_file import load_scores
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("blame", help="which parts of a compressed model make the gate fail, and what to keep",
                        description="Build hybrids of an original and its compressed candidate (transformers "
-                                   "checkpoints of one architecture) and measure, on the failing rows' items, how much "
-                                   "of the far drift each part accounts for; then the parts to keep so that it passes.")
+                                   "checkpoints of one architecture, or two GGUF files of one model) and measure, on the "
+                                   "failing rows' items, how much of the far drift each part accounts for; then the "
+                                   "parts to keep so that it passes.")
     p.add_argument("--reference", required=True, metavar="ORIGINAL", help="the original model: hub id, folder or alias")
     p.add_argument("--model", required=True, metavar="CANDIDATE", help="the compressed model: hub id, folder or alias")
     p.add_argument("--baseline", metavar="FILE",
@@ -38,6 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the report in markdown (e.g. for a CI step summary)")
     p.add_argument("--html", metavar="PATH", help="write the report as HTML, with a bar chart of the shares")
+    p.add_argument("--backend", choices=("hf", "llama.cpp"), default="hf",
+                   help="hf (default): transformers checkpoints, hybrids made in place; llama.cpp: two .gguf files, hybrids "
+                        "written as GGUF files and run by llama.cpp")
+    p.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of the backend, as for longctx score (llama.cpp: how the candidate runs, e.g. "
+                        "cache-type-k=q8_0, threads=4); repeatable")
+    p.add_argument("--reference-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="llama.cpp: how the original runs where it differs from --backend-option; its KV cache types are "
+                        "llama.cpp's f16 unless given here (a quantized cache of the candidate is then one more part); repeatable")
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -48,12 +61,11 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out), ("--markdown", args.markdown), ("--html", args.html)], inputs=[("--baseline", args.baseline)])
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
-    original = factory(args.reference, dtype=args.dtype, device=args.device)  # an alias resolves as for --model
-    candidate = factory(args.model, dtype=args.dtype, device=args.device)
-    found = blame(original.model, candidate.model, candidate.tokenizer or original.tokenizer, dataset, baseline,
-                  names=(args.reference, args.model), granularity=args.granularity, parts=args.parts, rows=args.rows,
-                  progress=not args.quiet)
+    found = blame_pair(pair_of(args), dataset, baseline, granularity=args.granularity, parts=args.parts, rows=args.rows,
+                       progress=not args.quiet)
     print(blame_text(found))
+    if found.recipe:
+        print("\n".join(["", "the fix set, made from the original by llama.cpp's quantizer:", *found.recipe]))
     if args.out:
         write_json(args.out, found.to_json())
         print(f"longctx: blame written to {args.out}", file=sys.stderr)
@@ -62,3 +74,19 @@ def run(args: argparse.Namespace) -> int:
             write_text_atomically(path, render(found))
             print(f"longctx: blame report written to {path}", file=sys.stderr)
     return 0
+
+
+def pair_of(args: argparse.Namespace) -> Pair:
+    """The original and the candidate as ``--backend`` loads them (an alias resolves as for --model)."""
+    if args.backend == "llama.cpp":
+        if args.dtype != "auto" or args.device not in ("auto", "cpu"):
+            raise LongctxError(f"--dtype {args.dtype} --device {args.device}: blame --backend llama.cpp runs the files' own "
+                               "types on the CPU; leave both auto (layers on a GPU: --backend-option gpu-layers=N)")
+        return load_pair(args.reference, args.model, args.backend_option, args.reference_option)
+    if args.reference_option:
+        raise LongctxError(f"--reference-option {args.reference_option[0]}: for --backend llama.cpp only; transformers loads "
+                           "both checkpoints with the same --backend-option values")
+    options = backend_options(args.backend_option)
+    original, candidate = (factory(name, dtype=args.dtype, device=args.device, options=options)
+                           for name in (args.reference, args.model))
+    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (args.reference, args.model))
