@@ -188,6 +188,43 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     assert [n for n in every if re.search(pattern, n)] == [f"blk.{layer}.{m}.weight" for m in MATRICES]
 
 
+def quantized_with(source, target, file_type: str, recipe: list[str]) -> None:
+    """``source`` quantized by llama.cpp's own quantizer (what llama-quantize runs) with the
+    recipe's ``--tensor-type PATTERN=TYPE`` overrides."""
+    import ctypes
+
+    import llama_cpp
+
+    overrides = [re.search(r"--tensor-type '(.+)=(\w+)'", line).groups() for line in recipe if "--tensor-type" in line]
+    table = (llama_cpp.llama_model_tensor_override * (len(overrides) + 1))()
+    for slot, (pattern, kind) in zip(table, overrides):
+        slot.pattern, slot.type = pattern.encode(), getattr(llama_cpp, f"GGML_TYPE_{kind.upper()}")
+    table[len(overrides)].pattern, table[len(overrides)].type = None, llama_cpp.GGML_TYPE_COUNT
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
+    params.nthread = 2
+    params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
+    assert llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), params) == 0
+
+
+def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, tmp_path):
+    quantized_with(files[0], tmp_path / "q8.gguf", "Q8_0", [])  # the candidate: the original as the quantizer makes it
+    pair = GGUFPair(str(files[0]), str(tmp_path / "q8.gguf"), (SETTINGS, SETTINGS), names=(str(files[0]), "q8.gguf"))
+    kept = select_parts(pair.parts("block"), ["layer.1.attn", "layer.2.mlp", "lm_head"], "block")
+    recipe = pair.recipe(kept)
+    assert len([line for line in recipe if "--tensor-type" in line]) == 3 and recipe[-1].endswith("fixed.gguf Q8_0")
+    quantized_with(files[0], tmp_path / "fixed.gguf", "Q8_0", recipe)
+    original, candidate = GGUFFile(files[0], "--reference", "o"), GGUFFile(tmp_path / "q8.gguf", "--model", "c")
+    write_hybrid(candidate, original, {n for p in kept for n in p.parameters}, tmp_path / "hybrid.gguf")
+    fixed, hybrid = (GGUFFile(tmp_path / f, "--model", f) for f in ("fixed.gguf", "hybrid.gguf"))
+    assert list(fixed.tensors) == list(hybrid.tensors)
+    for name, tensor in fixed.tensors.items():  # the quantizer's file holds the hybrid's tensors, bit for bit
+        theirs = hybrid.tensors[name]
+        assert tensor.tensor_type == theirs.tensor_type, name
+        assert np.asarray(tensor.data).tobytes() == np.asarray(theirs.data).tobytes(), name
+    assert fixed.type_of("blk.1.attn_q.weight") == "F32" and fixed.type_of("blk.2.attn_q.weight") == "Q8_0"
+
+
 def test_a_tensor_pattern_matches_exactly_its_names():
     names = ["blk.1.attn_q.weight", "blk.1.ffn_up.weight"]
     assert tensor_pattern(names) == r"^blk\.1\.(attn_q|ffn_up)\.weight$"
