@@ -14,7 +14,7 @@ from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
 from pytest_longctx.reports import plots
-from pytest_longctx.reports.blame import HEADERS, blame_html, blame_markdown
+from pytest_longctx.reports.blame import HEADERS, beside_drift, blame_html, blame_markdown, blame_sections
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +143,11 @@ def test_the_command_writes_markdown_and_html(models, data_dir, tmp_path, capsys
     table = [line for line in markdown.read_text().splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[1] for line in table[2:]] == ["layer.1", "layer.2"]  # ranked: the planted layer first
     assert [cells[1] for cells in Page(html.read_text()).tables[0][1:]] == ["layer.1", "layer.2"]
+
+
+def test_in_the_gates_report_blame_sits_after_the_drift_section(found):
+    sections = "".join(blame_sections(found))
+    gate = '<html><body><section id="headline">h</section><section id="drift">d</section><section id="items">i</section></body></html>'
+    assert beside_drift(gate, found) == gate.replace('d</section>', 'd</section>' + sections)
+    without = "<html><body><section id=\"headline\">h</section></body></html>"
+    assert beside_drift(without, found) == without.replace("</body>", sections + "</body>")

@@ -29,10 +29,12 @@ class Gate:
     tests: str  # the module of its generated tests, with CASE_KINDS
     finish: str  # finish(gate_session, junit, stopped) -> final: writes what was asked for (controller)
     summary: str  # summary_lines(gate_session, *final) -> the terminal summary's lines
+    follow: str | None = None  # follow_up(gate_session, config) -> a plugin for after the summary, or None
 
 
 MODEL_GATE = Gate("pytest_longctx.gate.model_run:GateRun", "pytest_longctx.plugin.model_tests",
-                  "pytest_longctx.reports.files:finish", "pytest_longctx.reports.text:summary_lines")
+                  "pytest_longctx.reports.files:finish", "pytest_longctx.reports.text:summary_lines",
+                  "pytest_longctx.plugin.blame:follow_up")
 COMPRESSOR_GATE = Gate("pytest_longctx.compress.run:CompressorRun", "pytest_longctx.plugin.compressor_tests",
                        "pytest_longctx.compress.report:finish", "pytest_longctx.compress.report:summary_lines")
 
@@ -54,6 +56,15 @@ class Running:
 
     def report(self, name: str) -> Callable[..., Any]:
         return load(getattr(self.gate, name))
+
+    def follow_up(self, config: pytest.Config) -> Any:
+        """The gate's plugin for after its summary (blame), or None; ``--longctx-blame`` where it does not apply: one line."""
+        if self.gate.follow is not None:
+            return self.report("follow")(self.gate_session, config)
+        if config.getoption("longctx_blame"):
+            raise LongctxError("--longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), "
+                               "not a compressor gate's; leave it out")
+        return None
 
 
 class Watch:
@@ -101,6 +112,11 @@ def running(config: pytest.Config) -> Running | None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    group = parser.getgroup("longctx")  # blame after a failing model gate (plugin/blame.py)
+    group.addoption("--longctx-blame", dest="longctx_blame", action="store_true",
+                    help="after a failing model gate, run longctx blame on its failing rows' items (transformers backend)")
+    group.addoption("--longctx-blame-reference", dest="longctx_blame_reference", metavar="MODEL",
+                    help="the original model blame compares with (default: the model the baseline's meta names)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,14 +124,19 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.getoption("longctx_knob", None):
             raise pytest.UsageError("--longctx-knob: knobs set a context compressor's parameters; name the compressor "
                                     "with --longctx-compressor")
+        if config.getoption("longctx_blame", None):
+            raise pytest.UsageError("--longctx-blame: blames a failing model gate; name the model with --longctx-model")
         return
     try:
         options = read_options(config.getoption, config.getini, config.inipath)
-        config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
+        run = config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
+        follow = run.follow_up(config)
     except LongctxError as exc:
         raise pytest.UsageError(visible(str(exc))) from None
     config.stash[WATCH] = Watch()
     config.pluginmanager.register(config.stash[WATCH], "longctx-watch")
+    if follow is not None:
+        config.pluginmanager.register(follow, "longctx-follow-up")
     # pytest-xdist: keep each unit's tests (and so its scoring) on one worker; the mark is
     # registered here too, so a run without pytest-xdist installed does not warn about it.
     config.addinivalue_line("markers", "xdist_group(name): run these tests on one pytest-xdist worker")

@@ -130,9 +130,9 @@ def _list(lines: list[tuple[str, list[str]]]) -> str:
                                                           if details else "") + "</li>" for line, details in lines) + "</ul>"
 
 
-def blame_html(found: Any) -> str:
-    """The report as one self-contained HTML file: a bar chart of the shares, the tables, the fix set."""
-    parts = [f"<header><h1>longctx blame: {html_text(found.model)}</h1><p>{html_text(headline(found))}</p></header>"]
+def blame_sections(found: Any) -> list[str]:
+    """The report's sections in HTML: the chart and tables of the blamed rows, the fix set."""
+    parts = []
     if not found.passed:
         tables = [f"<h3>{html_text(e.row)}</h3><p>{html_text(e.figures)}</p>" + html_table(Section(e.row, HEADERS, e.body),
                                                                                           f"blame-table-{n}")
@@ -141,4 +141,17 @@ def blame_html(found: Any) -> str:
     done = outcome(found)
     if done:
         parts.append(html_section("fix-set", "Fix set", _list(done)))
-    return html_page(f"longctx blame: {found.model}", parts)
+    return parts
+
+
+def blame_html(found: Any) -> str:
+    """The report as one self-contained HTML file: a bar chart of the shares, the tables, the fix set."""
+    header = f"<header><h1>longctx blame: {html_text(found.model)}</h1><p>{html_text(headline(found))}</p></header>"
+    return html_page(f"longctx blame: {found.model}", [header, *blame_sections(found)])
+
+
+def beside_drift(report: str, found: Any) -> str:
+    """The gate's HTML report with the blame's sections after its drift section (else at its end)."""
+    start = report.find('<section id="drift">')
+    at = report.index("</section>", start) + len("</section>") if start >= 0 else report.rindex("</body>")
+    return report[:at] + "".join(blame_sections(found)) + report[at:]

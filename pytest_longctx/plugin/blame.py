@@ -1,0 +1,177 @@
+"""After a failing model gate: the ``longctx blame`` command that blames its failing rows,
+printed after the summary, and with ``--longctx-blame`` that blame run at once (docs/blame.md,
+"From the gate"). Loaded only when a model gate runs (it imports the scoring engine).
+
+The command blames the failing rows with drift figures, on the sets and lengths they come
+from, with the run's data, limit, dtype and device; the original is ``--longctx-blame-reference``,
+else the model the baseline was made from, as its meta names it, where this machine can load it."""
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.blame import Blame, blame, choose_rows
+from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.paths import write_text_atomically
+from pytest_longctx.plugin.hooks import running
+from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
+from pytest_longctx.reports.format import markdown_code, visible
+from pytest_longctx.reports.format import markdown_text as cell
+
+UNNAMED = "<the original model>"  # the command's --reference where nothing names a loadable original
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+class BlameAfterGate:
+    """A plugin registered beside a model gate: after its summary, the blame command of its failing
+    rows, and (``run_it``) that blame, its report in the terminal, after the markdown summary and in the HTML report."""
+
+    def __init__(self, run: GateRun, config: pytest.Config):
+        self.run, self.config = run, config
+        self.reference: str | None = config.getoption("longctx_blame_reference")
+        self.run_it = bool(config.getoption("longctx_blame"))
+
+    def original(self) -> tuple[str, str | None]:
+        """The original for ``--reference``; and why none could be named (else None)."""
+        if self.reference:
+            return self.reference, None
+        named = str((self.run.baseline.meta if self.run.baseline else {}).get("model") or "")
+        if named and (is_model_name(named) or (self.config.invocation_params.dir / named).exists()):
+            return named, None
+        why = (f"the baseline names its model {named!r}, which is no model id or alias and no file or folder here" if named
+               else "the baseline names no model")
+        return UNNAMED, why
+
+    def evaluation(self) -> Evaluation:
+        return running(self.config).final[0]
+
+    def blamed(self) -> list[str]:
+        """The failing rows with drift figures, in the gate's order (none: nothing to blame)."""
+        try:
+            return choose_rows(self.evaluation(), None, f"baseline {self.run.baseline_path}")
+        except LongctxError:
+            return []
+
+    def selection(self, rows: list[str]) -> tuple[list[str], list[str]]:
+        """The configs and the lengths the rows come from."""
+        sources = [self.evaluation().row_sources[r] for r in rows]
+        return list(dict.fromkeys(s.config for s in sources)), list(dict.fromkeys(str(s.length) for s in sources))
+
+    def command(self, rows: list[str]) -> str:
+        """The ``longctx blame`` command line that blames ``rows``."""
+        options, (configs, lengths) = self.run.options, self.selection(rows)
+        args = ["longctx", "blame", "--reference", self.original()[0], "--model", str(options.model),
+                "--baseline", str(options.baseline)]
+        if options.data != "builtin":
+            args += ["--data", options.data]
+        args += ["--sets", ",".join(configs), "--lengths", ",".join(lengths)]
+        if options.limit:
+            args += ["--limit", str(options.limit)]
+        args += ["--rows", ";".join(rows)]
+        for flag, value in (("--dtype", options.dtype), ("--device", options.device)):
+            if value != "auto":
+                args += [flag, value]
+        return shlex.join(args)
+
+    def notes(self) -> list[str]:
+        """What the command leaves to the reader: the original where it is unnamed, and the thresholds."""
+        notes = []
+        why = self.original()[1]
+        if why:
+            notes.append(f"{why}: put the original (uncompressed) model in --reference")
+        if self.run.options.thresholds != Thresholds():
+            notes.append("the command judges with the default thresholds, this run did not: a row may pass there "
+                         "(--longctx-blame judges with this run's)")
+        return notes
+
+    @pytest.hookimpl(trylast=True)  # after the gate's own summary
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        gate = running(self.config)
+        if gate is None or gate.final is None or self.run.baseline is None:
+            return
+        rows = self.blamed()
+        if not rows:
+            if self.run_it:
+                why = "no failing row has drift figures" if self.evaluation().failing_rows() else "the gate passes"
+                terminalreporter.write_line(f"longctx blame: {why}: nothing to blame")
+            return
+        command, notes = self.command(rows), self.notes()
+        terminalreporter.write_line(visible(f"longctx: which parts of the model these rows' far drift comes from: {command}"))
+        for note in notes:
+            terminalreporter.write_line(visible(f"longctx:   ({note})"))
+        failures: list[str] = []  # the reports blame could not be added to
+        markdown = ["", "### Which parts to blame", "", markdown_code(command), *(f"- {cell(note)}" for note in notes)]
+        if self.run_it:
+            terminalreporter.section("longctx blame")
+            try:
+                found = self.blame(rows)
+            except LongctxError as exc:
+                terminalreporter.write_line(visible(f"longctx blame: {exc}"))
+                markdown.append(f"- blame failed: {cell(str(exc))}")
+            else:
+                for line in blame_text(found).splitlines():
+                    terminalreporter.write_line(line)
+                markdown += ["", blame_markdown(found, level=3).rstrip()]
+                failures += self.add_to_html(found)
+        failures += self.append_markdown("\n".join(markdown) + "\n")
+        for failure in failures:
+            terminalreporter.write_line(visible(failure))
+
+    def blame(self, rows: list[str]) -> Blame:
+        """Blame ``rows`` on the items of their configs and lengths, with this run's thresholds."""
+        options, (configs, lengths) = self.run.options, self.selection(rows)
+        dataset = self.run.dataset.select({(c, n, i.id) for c, n, i in self.run.dataset.items() if c in configs and n in lengths})
+        reference = self.original()[0]
+        original, candidate = (load_backend(name, "hf", options.dtype, options.device, options.backend_options,
+                                            options.trust_remote_code)[0] for name in (reference, str(options.model)))
+        return blame(original.model, candidate.model, candidate.tokenizer or original.tokenizer, dataset, self.run.baseline,
+                     names=(reference, str(options.model)), thresholds=options.thresholds, rows=rows)
+
+    def add_to_html(self, found: Blame) -> list[str]:
+        """The blame's chart and tables in the gate's HTML report (``--longctx-html``), after its drift section."""
+        path = self.run.options.html
+        if not path:
+            return []
+        try:
+            write_text_atomically(path, beside_drift(Path(path).read_text(encoding="utf-8"), found))
+        except OSError as exc:
+            return [f"longctx: blame NOT added to {path}: {exc.strerror or exc}"]
+        return []
+
+    def append_markdown(self, text: str) -> list[str]:
+        """``text`` after the gate's markdown summary (``--longctx-markdown``) and the CI step summary;
+        a line for each file it could not be added to."""
+        failures = []
+        for path in dict.fromkeys(p for p in (self.run.options.markdown, os.environ.get(STEP_SUMMARY)) if p):
+            try:
+                with open(Path(path), "a", encoding="utf-8") as handle:
+                    handle.write(text)
+            except OSError as exc:
+                failures.append(f"longctx: blame NOT added to {path}: {exc.strerror or exc}")
+        return failures
+
+
+def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
+    """The plugin that follows a model gate's summary; None where it has nothing to blame (updating
+    the baseline, a backend other than transformers). ``--longctx-blame`` where it cannot run: one line."""
+    options = run.options
+    if options.update_baseline or options.backend != "hf":
+        if config.getoption("longctx_blame"):
+            why = ("this run makes the baseline: there is nothing to compare, so nothing to blame" if options.update_baseline
+                   else f"it blames transformers checkpoints (--longctx-backend hf), not --longctx-backend {options.backend}")
+            raise LongctxError(f"--longctx-blame: {why}; leave it out")
+        return None
+    found = BlameAfterGate(run, config)
+    why = found.original()[1]
+    if found.run_it and run.baseline is not None and why:
+        raise LongctxError(f"--longctx-blame: {why}; give the original (uncompressed) model with --longctx-blame-reference MODEL")
+    return found

@@ -1,0 +1,150 @@
+"""Blame from the gate: a failing model gate prints the ``longctx blame`` command that blames its
+failing rows (and that command, run, blames them), ``--longctx-blame`` runs it after the summary
+and adds its report to the markdown summary, and where it cannot run it says so in one line."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from conftest import tiny_qwen3
+from itemkit import write_split
+from test_blame import damaged
+
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.cli.main import main
+from pytest_longctx.data.builtin.faithfulness import build_faithfulness
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.gate.blame import blame
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.reports.blame import blame_text
+from pytest_longctx.scoring.pipeline import score_sets
+
+ROW = "Distant tool calls at 2k tokens"
+PROMPT = "longctx: which parts of the model these rows' far drift comes from: "
+
+
+@pytest.fixture(scope="module")
+def made(qwen_tokenizer, data_dir, tmp_path_factory):
+    """The original and its damaged candidate saved, and two baselines of the original: one whose
+    meta names the original's folder, one whose meta names a folder that is not there."""
+    folder = tmp_path_factory.mktemp("gate-blame")
+    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=4, init=0.5)
+    original.save_pretrained(folder / "original")
+    damaged(original).save_pretrained(folder / "candidate")
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    for name, model in (("named", str(folder / "original")), ("unnamed", "./moved-away")):
+        scores = score_sets(TransformersBackend(original, name=model), None, dataset, progress=False)
+        scores.as_baseline().save(folder / f"{name}.json.gz")
+    return folder
+
+
+def gate(pytester, made, data_dir, baseline="named", *args):
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={made / 'candidate'}", f"--longctx-data={data_dir}",
+        "--longctx-sets=tool_calls", "--longctx-lengths=2k", "--longctx-limit=1", f"--longctx-baseline={made / baseline}.json.gz",
+        *args)
+
+
+def printed(result) -> list[str]:
+    return [line.removeprefix(PROMPT) for line in result.outlines if line.startswith(PROMPT)]
+
+
+def test_a_failing_gate_prints_the_blame_command_and_the_command_blames_its_rows(pytester, made, data_dir, tmp_path, capsys):
+    result = gate(pytester, made, data_dir)
+    assert result.ret == 1
+    [command] = printed(result)
+    assert command == shlex.join(["longctx", "blame", "--reference", str(made / "original"), "--model", str(made / "candidate"),
+                                  "--baseline", f"{made / 'named'}.json.gz", "--data", str(data_dir), "--sets", "tool_calls",
+                                  "--lengths", "2k", "--limit", "1", "--rows", ROW])
+    lines = result.outlines
+    assert lines.index(PROMPT + command) > next(n for n, line in enumerate(lines) if line.startswith("longctx gate: "))
+    args = shlex.split(command)
+    assert args[:2] == ["longctx", "blame"]
+    out = tmp_path / "blame.json"
+    assert main([*args[1:], "--parts", "layer.1,layer.2", "--quiet", "--out", str(out)]) == 0
+    body = json.loads(out.read_text())
+    assert body["rows"] == [ROW] and [p["part"] for p in body["parts"]] == ["layer.1", "layer.2"]
+    assert body["parts"][0]["shares"][ROW]["restore_far"] > 0.05 and abs(body["parts"][1]["shares"][ROW]["restore_far"]) < 1e-9
+
+
+def test_longctx_blame_runs_it_after_the_summary_and_adds_it_to_the_markdown_and_html(pytester, made, data_dir, qwen_tokenizer):
+    markdown, html = pytester.path / "summary.md", pytester.path / "report.html"
+    result = gate(pytester, made, data_dir, "named", "--longctx-blame", f"--longctx-markdown={markdown}",
+                  f"--longctx-html={html}")
+    assert result.ret == 1
+    # the same blame, run here on the same items against the same baseline
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.scoring.scores_file import load_scores
+
+    original, candidate = (load_backend(str(made / name))[0] for name in ("original", "candidate"))
+    found = blame(original.model, candidate.model, None,
+                  load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1),
+                  load_scores(made / "named.json.gz"), names=(str(made / "original"), str(made / "candidate")),
+                  thresholds=Thresholds(), progress=False)
+    expected = blame_text(found).splitlines()
+    lines = result.outlines
+    start = lines.index(expected[0])
+    assert lines[start:start + len(expected)] == expected
+    assert sorted(found.fix_set) == ["layer.1", "layer.3"] and found.verification["passed"]
+    assert start > lines.index(PROMPT + printed(result)[0])
+    text = markdown.read_text()
+    assert text.index("## longctx: FAIL") < text.index("### Which parts to blame") < text.index("### longctx blame: ")
+    assert f"keep {', '.join(found.fix_set)} from the original" in text
+    report = html.read_text()  # the blame's chart and tables after the drift section, its numbers as here
+    assert report.index('<section id="drift">') < report.index('<section id="blame">') < report.index('<section id="distance">')
+    assert f"keep {', '.join(found.fix_set)} from the original" in report and report.count("</html>") == 1
+    assert f"<td>{found.parts[0].part.name}</td>" in report
+
+
+def test_a_baseline_that_names_no_loadable_original_leaves_it_to_fill_in(pytester, made, data_dir):
+    result = gate(pytester, made, data_dir, "unnamed")
+    assert result.ret == 1
+    [command] = printed(result)
+    assert shlex.split(command)[2:4] == ["--reference", "<the original model>"]
+    assert ("longctx:   (the baseline names its model './moved-away', which is no model id or alias and no file or folder "
+            "here: put the original (uncompressed) model in --reference)") in result.outlines
+    refused = gate(pytester, made, data_dir, "unnamed", "--longctx-blame")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --longctx-blame: the baseline names its model './moved-away', which is no model id or alias and no file "
+            "or folder here; give the original (uncompressed) model with --longctx-blame-reference MODEL") in refused.errlines
+    given = gate(pytester, made, data_dir, "unnamed", "--longctx-blame", f"--longctx-blame-reference={made / 'original'}",
+                 "--longctx-max-kl=0.04")
+    assert given.ret == 1
+    assert shlex.split(printed(given)[0])[3] == str(made / "original")
+    assert ("longctx:   (the command judges with the default thresholds, this run did not: a row may pass there "
+            "(--longctx-blame judges with this run's))") in given.outlines
+    assert any(line.startswith("fix set (2 parts, passes): keep layer.") for line in given.outlines)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--longctx-update-baseline"], "--longctx-blame: this run makes the baseline: there is nothing to compare, so nothing "
+                                    "to blame; leave it out"),
+    (["--longctx-backend=llama.cpp"], "--longctx-blame: it blames transformers checkpoints (--longctx-backend hf), not "
+                                      "--longctx-backend llama.cpp; leave it out"),
+])
+def test_longctx_blame_where_it_cannot_run_is_one_line(pytester, made, data_dir, args, message):
+    result = gate(pytester, made, data_dir, "named", "--longctx-blame", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: {message}" in result.errlines
+
+
+def test_longctx_blame_without_a_model_gate_is_one_line(pytester, tmp_path):
+    alone = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-blame")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ERROR: --longctx-blame: blames a failing model gate; name the model with --longctx-model" in alone.errlines
+    write_split(tmp_path, "faithfulness", "train", build_faithfulness(seed=0, limit=2))
+    compressor = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-compressor=identity",
+                                              f"--longctx-data={tmp_path}", "--longctx-blame")
+    assert compressor.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), not a "
+            "compressor gate's; leave it out") in compressor.errlines
+
+
+def test_a_passing_gate_prints_no_blame_command(pytester, made, data_dir):
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={made / 'original'}", f"--longctx-data={data_dir}",
+        "--longctx-sets=tool_calls", "--longctx-lengths=2k", "--longctx-limit=1",
+        f"--longctx-baseline={made / 'named'}.json.gz", "--longctx-blame")
+    assert result.ret == 0
+    assert printed(result) == [] and "longctx blame: the gate passes: nothing to blame" in result.outlines
