@@ -3,6 +3,7 @@ layers 1 and 3): the markdown, rendered as GitHub renders it, and the HTML repor
 figures as computed here from the blame's row states, and the HTML's bars are drawn at its shares."""
 from __future__ import annotations
 
+import copy
 import re
 from html.parser import HTMLParser
 
@@ -14,7 +15,7 @@ from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
 from pytest_longctx.reports import plots
-from pytest_longctx.reports.blame import HEADERS, beside_drift, blame_html, blame_markdown, blame_sections
+from pytest_longctx.reports.blame import HEADERS, beside_drift, blame_html, blame_markdown, blame_sections, blame_text
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +152,12 @@ def test_in_the_gates_report_blame_sits_after_the_drift_section(found):
     assert beside_drift(gate, found) == gate.replace('d</section>', 'd</section>' + sections)
     without = "<html><body><section id=\"headline\">h</section></body></html>"
     assert beside_drift(without, found) == without.replace("</body>", sections + "</body>")
+
+
+def test_a_recipe_is_in_every_report(found):
+    made = copy.copy(found)
+    made.recipe = ["llama-quantize \\", "  --tensor-type '^blk\\.1\\.(attn_q)\\.weight$=f32' \\", "  a.gguf fixed.gguf Q4_K_M"]
+    shown = "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *made.recipe])
+    assert blame_text(made).endswith("\n\n" + shown) and shown not in blame_text(found)
+    assert "```text\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)
+    assert "<pre>" + "\n".join(made.recipe).replace("'", "&#x27;") + "</pre>" in blame_html(made)

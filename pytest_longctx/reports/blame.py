@@ -10,12 +10,13 @@ from typing import Any
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.format import html_text, markdown_code, table, visible
 from pytest_longctx.reports.format import markdown_text as cell
-from pytest_longctx.reports.html import html_figure, html_page, html_section, html_table
-from pytest_longctx.reports.markdown import md_table
+from pytest_longctx.reports.html import NL, html_figure, html_page, html_section, html_table
+from pytest_longctx.reports.markdown import fenced, md_table
 from pytest_longctx.reports.tables import Section
 
 HEADERS = ["rank", "part", "restore: far drift", "share", "excess share", "damage: far drift", "share", "params", ""]
 BARS = 40  # the parts a row's chart shows at most (its table shows them all)
+RECIPE = "the fix set, made from the original by llama.cpp's quantizer:"  # a pair's recipe (only llama.cpp has one)
 
 
 def _n(value: float | None) -> str:
@@ -95,6 +96,8 @@ def blame_text(found: Any) -> str:
         lines.append("")
     for line, details in outcome(found):
         lines += [line, *(f"  {detail}" for detail in details)]
+    if found.recipe:
+        lines += ["", RECIPE, *found.recipe]
     return "\n".join(visible(line, keep="\n") for line in lines)
 
 
@@ -110,6 +113,8 @@ def blame_markdown(found: Any, level: int = 2) -> str:
         lines += ["", f"{sub} Fix set", ""]
     for line, details in done:
         lines += [f"- {cell(line)}", *(f"  - {cell(detail)}" for detail in details)]
+    if found.recipe:
+        lines += ["", cell(RECIPE), "", fenced("\n".join(found.recipe))]
     return "\n".join(lines) + "\n"
 
 
@@ -139,8 +144,9 @@ def blame_sections(found: Any) -> list[str]:
                   for n, e in enumerate(row_tables(found))]
         parts.append(html_section("blame", "Parts ranked by the far drift restoring them removes", _chart(found), *tables))
     done = outcome(found)
+    recipe = f"<p>{html_text(RECIPE)}</p><pre>{html_text(NL.join(found.recipe), keep=NL)}</pre>" if found.recipe else ""
     if done:
-        parts.append(html_section("fix-set", "Fix set", _list(done)))
+        parts.append(html_section("fix-set", "Fix set", _list(done), recipe))
     return parts
 
 
