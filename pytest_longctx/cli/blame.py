@@ -64,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     found = blame_pair(pair_of(args), dataset, baseline, granularity=args.granularity, parts=args.parts, rows=args.rows,
                        progress=not args.quiet)
     print(blame_text(found))
-    if found.recipe:
-        print("\n".join(["", "the fix set, made from the original by llama.cpp's quantizer:", *found.recipe]))
     if args.out:
         write_json(args.out, found.to_json())
         print(f"longctx: blame written to {args.out}", file=sys.stderr)
