@@ -28,13 +28,14 @@ def import_problem(module: str, load: bool = True) -> str | None:
     return None
 
 
-def needs(*modules: str, install: str, load: bool = True) -> pytest.MarkDecorator:
+def needs(*modules: str, install: str, load: bool = True, required_by: str = "LONGCTX_TEST_ALL_EXTRAS") -> pytest.MarkDecorator:
     """Skip unless every one of ``modules`` imports (with ``load=False``: is found), saying
-    which does not, why, and what to run (``install``). With LONGCTX_TEST_ALL_EXTRAS=1 (CI
-    installs every extra) a missing module fails the collection: a broken install is no skip."""
+    which does not, why, and what to run (``install``). With ``required_by``=1 in the
+    environment (LONGCTX_TEST_ALL_EXTRAS: CI installs every extra; LONGCTX_TEST_VLLM: CI's
+    vLLM environment) a missing module fails the collection: a broken install is no skip."""
     problems = "; ".join(f"{m}: {import_problem(m, load)}" for m in modules if import_problem(m, load))
-    if problems and os.environ.get("LONGCTX_TEST_ALL_EXTRAS") == "1":
-        pytest.fail(f"LONGCTX_TEST_ALL_EXTRAS=1 but {problems}", pytrace=False)
+    if problems and os.environ.get(required_by) == "1":
+        pytest.fail(f"{required_by}=1 but {problems}", pytrace=False)
     return pytest.mark.skipif(bool(problems), reason=f"{problems} ({install})")
 
 

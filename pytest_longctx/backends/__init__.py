@@ -1,4 +1,5 @@
-"""Backends: the transformers one (``hf``), llama.cpp's (``llama.cpp``), or any factory named as
+"""Backends: the transformers one (``hf``), llama.cpp's (``llama.cpp``), vLLM's (``vllm`` in process,
+``vllm-server`` over HTTP), or any factory named as
 ``module:factory`` or registered in the ``pytest_longctx.backends`` entry-point group that builds
 an object with ``read(ids, positions, tokens, top_k=0)`` (see ``base.Backend``)."""
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError
 
-BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory"}
+BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory",
+           "vllm": "pytest_longctx.backends.vllm:factory", "vllm-server": "pytest_longctx.backends.vllm:server_factory"}
 
 
 def backend_options(pairs: Sequence[str]) -> dict[str, str]:

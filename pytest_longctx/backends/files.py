@@ -1,9 +1,12 @@
-"""Digests of model files: what makes a checkpoint on disk this checkpoint, for backends that
-cannot read the loaded weights' bits (llama.cpp, vLLM's engine in its own processes)."""
+"""Digests that name a model's numbers: its checkpoint on disk, for backends that cannot read
+the loaded weights' bits (llama.cpp, vLLM's engine in its own processes), and the settings
+that change what it computes."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 # the files of a checkpoint folder that change the numbers: weights, their index, the configs
 CHECKPOINT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.gguf", "*.json")
@@ -25,3 +28,8 @@ def folder_digest(folder: Path) -> str:
     for path in found:
         digest.update(f"{path.relative_to(folder).as_posix()}\0{file_digest(path)}\0".encode())
     return digest.hexdigest()[:32]
+
+
+def settings_digest(settings: dict[str, Any]) -> str:
+    """sha256 of settings written as sorted JSON (a backend's ``config`` in ``describe()``)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:24]

@@ -7,6 +7,7 @@ from typing import Any
 from pytest_longctx.gate.verdicts import DRIFT_LABEL
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
+from pytest_longctx.scoring.scores_file import made_by
 
 
 def rows_table(rows: dict[str, float | None]) -> str:
@@ -89,6 +90,8 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
     lines = [visible(f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
+    if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
+        lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:
         lines.append(gate_table(evaluation))
     if evaluation.drift:

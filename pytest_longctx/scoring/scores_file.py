@@ -411,7 +411,20 @@ def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tu
             )
 
 
+def made_by(meta: dict[str, Any]) -> str:
+    """The backend that made a scores file and its libraries' versions: ``VllmBackend (vllm 0.32.0)``."""
+    versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+    named = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return f"{meta.get('backend') or 'an unnamed backend'}" + (f" ({named})" if named else "")
+
+
 def advisory_differences(reference_meta: dict[str, Any], meta: dict[str, Any]) -> list[str]:
-    """Differences that leave the numbers comparable but are worth a warning."""
+    """Differences that leave the numbers comparable but are worth a warning. Another backend
+    (the original in transformers, the shipped artifact in vLLM or llama.cpp) is said once,
+    with both sides' versions, instead of every setting the two backends name differently."""
+    if reference_meta.get("backend") != meta.get("backend"):
+        return [f"backend: made by {made_by(reference_meta)} there, read by {made_by(meta)} here"] + \
+            [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
+             for key in ("dtype",) if reference_meta.get(key) != meta.get(key)]
     return [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
             for key in ADVISORY if reference_meta.get(key) != meta.get(key)]

@@ -1,0 +1,142 @@
+"""``VllmBackend``: the model as vLLM runs it in this process (``LLM``), with the engine
+arguments the user passes (tensor parallel, dtype, quantization, KV cache dtype …): reads
+through sessions whose queries vLLM batches and serves from its prefix cache."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pytest_longctx.backends.base import ReadResult, read_by_session
+from pytest_longctx.backends.files import folder_digest, settings_digest
+from pytest_longctx.backends.vllm.queries import Query, Reply
+from pytest_longctx.backends.vllm.session import VllmReadSession
+from pytest_longctx.backends.vllm.traffic import Traffic
+from pytest_longctx.errors import LongctxError
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+def checkpoint_digest(model: str, revision: str | None) -> str:
+    """The digest of the checkpoint vLLM loaded: its folder, or the hub snapshot in the local
+    cache; a hub model not in the cache is named by its revision."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(model, revision=revision, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not in the cache, or no hub client: the revision names it
+            return f"{model}@{revision or 'main'}"
+    return folder_digest(folder)
+
+
+class VllmBackend:
+    """Scores a model with vLLM in this process; see the package docstring."""
+
+    def __init__(self, llm: Any, name: str, arguments: Mapping[str, Any]):
+        self.llm = llm
+        self.name = name
+        self.arguments = dict(arguments)
+        self.max_ids = int(arguments["max_logprobs"])
+        config = llm.llm_engine.model_config
+        self.model_config = config
+        self.max_model_len: int | None = int(config.max_model_len)
+        self.traffic = Traffic()
+        self.tokenizer = self._tokenizer()
+        self._digest: str | None = None
+
+    @classmethod
+    def load(cls, model: str, arguments: Mapping[str, Any], name: str | None = None, trust_remote_code: bool = False) -> VllmBackend:
+        from vllm import LLM
+
+        llm = LLM(model=model, trust_remote_code=trust_remote_code, **arguments)
+        return cls(llm, name or model, arguments)
+
+    def _tokenizer(self) -> Any:
+        """The model's tokenizer as a transformers tokenizer (the text mode needs its offsets):
+        the one vLLM loaded, from the same files."""
+        from transformers import AutoTokenizer
+
+        config = self.model_config
+        try:
+            return AutoTokenizer.from_pretrained(config.tokenizer, revision=config.tokenizer_revision,
+                                                 trust_remote_code=config.trust_remote_code)
+        except Exception:  # noqa: BLE001 - whatever stops it: the ids mode still scores the model
+            self.tokenizer_missing = f"transformers cannot load the tokenizer of {config.tokenizer}"
+            return None
+
+    @property
+    def context_window(self) -> int | None:
+        """The positions the model was trained for (its config's ``max_position_embeddings``)."""
+        return getattr(self.model_config.hf_text_config, "max_position_embeddings", None)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model_config.get_vocab_size())
+
+    # -------------------------------------------------------------- reading
+
+    def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
+        return read_by_session(self.session, ids, positions, tokens, top_k)
+
+    def session(self) -> VllmReadSession:
+        """A sequence read piece by piece; vLLM's prefix cache holds its state."""
+        return VllmReadSession(self)
+
+    def answer(self, queries: Sequence[Query]) -> list[Reply]:
+        """One ``generate`` call for every query: vLLM batches them."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(q.prompt)) for q in queries]
+        params = [SamplingParams(max_tokens=1, temperature=0.0, logprobs=q.top_k if not q.ids else None,
+                                 logprob_token_ids=list(q.ids) or None, detokenize=False) for q in queries]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        replies = []
+        for query, output in zip(queries, outputs):
+            if list(output.prompt_token_ids) != list(query.prompt):
+                raise LongctxError("vLLM answered for other prompt ids than were sent; the reads cannot be trusted")
+            generated = output.outputs[0]
+            logprobs = {int(token): float(entry.logprob) for token, entry in generated.logprobs[0].items()}
+            replies.append(Reply(int(generated.token_ids[0]), logprobs, output.num_cached_tokens))
+        self.traffic.record(queries, replies)
+        return replies
+
+    def status(self) -> str:
+        return self.traffic.line()
+
+    # -------------------------------------------------------------- identity
+
+    def weights_fingerprint(self) -> str:
+        if self._digest is None:
+            self._digest = checkpoint_digest(str(self.model_config.model), self.model_config.revision)
+        return self._digest
+
+    def describe(self) -> dict[str, Any]:
+        """What makes the served model this model; ``config`` digests every setting here and
+        vLLM's version, so that the score cache and a baseline tell two deployments apart."""
+        engine = self.llm.llm_engine.vllm_config
+        config, cache, parallel = self.model_config, engine.cache_config, engine.parallel_config
+        settings = {
+            "revision": config.revision or "",
+            "quantization": str(config.quantization or "none"),
+            "kv_cache": str(cache.cache_dtype),
+            "block_size": int(cache.block_size),
+            "tensor_parallel": int(parallel.tensor_parallel_size),
+            "pipeline_parallel": int(parallel.pipeline_parallel_size),
+            "engine_arguments": {k: v for k, v in sorted(self.arguments.items()) if isinstance(v, (str, int, float, bool))},
+        }
+        versions = {"vllm": vllm_version()}
+        return {
+            "model": str(self.name),
+            "weights": self.weights_fingerprint(),
+            "config": settings_digest({**settings, "versions": versions}),
+            "dtype": str(config.dtype).removeprefix("torch."),
+            "device": str(engine.device_config.device_type) if getattr(engine, "device_config", None) else "unknown",
+            **settings,
+            "versions": versions,
+        }

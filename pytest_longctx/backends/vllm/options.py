@@ -1,0 +1,105 @@
+"""The ``--backend-option KEY=VALUE`` settings of the two vLLM backends, parsed and checked.
+
+In process, a key is one of vLLM's own engine arguments as its command line spells it
+(``tensor-parallel-size=2``, ``kv-cache-dtype=fp8``, ``quantization=fp8``, ``max-model-len``,
+``enforce-eager=true``, ``block-size``): whatever ``vllm serve`` takes, ``LLM`` takes too.
+Against a server, the keys are the client's own (``SERVER_OPTIONS``)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pytest_longctx.errors import LongctxError
+
+# what the gate needs of the engine, unless the user says otherwise: the prefix cache (reads
+# reuse their prefix) and room for a read's log-probabilities (a baseline's top 16, a
+# candidate's 16 ids plus its own)
+ENGINE_DEFAULTS = {"enable_prefix_caching": True, "max_logprobs": 128}
+# engine arguments that are the gate's to set, or that would change what a read returns
+FIXED = {"model": "--model", "tokenizer_mode": None, "skip_tokenizer_init": None, "logprobs_mode": None}
+
+
+def value_of(raw: str) -> Any:
+    """A command-line value as vLLM's parser would take it: true/false, a whole or decimal
+    number, else the text."""
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw.strip()
+
+
+def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
+    """The keyword arguments of vLLM's ``LLM`` for these options and ``--dtype``."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {field.name for field in dataclasses.fields(EngineArgs)}
+    arguments: dict[str, Any] = dict(ENGINE_DEFAULTS)
+    for key, raw in options.items():
+        name = key.replace("-", "_")
+        if name in FIXED:
+            raise LongctxError(f"--backend-option {key}: the gate sets it itself" +
+                               (f" (give the model with {FIXED[name]})" if FIXED[name] else ""))
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            raise LongctxError(f"--backend-option {key}={raw}: not one of vLLM's engine arguments"
+                               + (f" (did you mean {', '.join(c.replace('_', '-') for c in close)}?)" if close else
+                                  "; they are spelt as vllm serve's flags, without the dashes: tensor-parallel-size=2"))
+        arguments[name] = value_of(raw)
+    if dtype != "auto":
+        if "dtype" in options and options["dtype"] != dtype:
+            raise LongctxError(f"--dtype {dtype} and --backend-option dtype={options['dtype']}: give one")
+        arguments["dtype"] = dtype
+    if arguments.get("enable_prefix_caching") is False:
+        raise LongctxError("--backend-option enable-prefix-caching=false: every read would compute its whole prompt again; "
+                           "the vLLM backends read through the prefix cache")
+    return arguments
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the client talks to a vLLM server (``--backend vllm-server``)."""
+
+    base_url: str = ""  # the server's OpenAI-compatible root, http://host:port/v1
+    served_model: str = ""  # the model's name on the server; "": the one it serves
+    tokenizer: str = ""  # a local folder or cached hub id of the model's tokenizer, for the text mode
+    timeout: float = 600.0  # seconds a request may take
+    retries: int = 2  # further tries of a read whose request failed on the way (a read is idempotent)
+    concurrency: int = 16  # requests in flight at once
+    max_logprobs: int = 20  # the server's --max-logprobs: the ids a request may ask for
+    api_key_env: str = "VLLM_API_KEY"  # the environment variable that holds the API key, if the server wants one
+
+
+SERVER_OPTIONS = {"base-url": ("base_url", str), "served-model": ("served_model", str), "tokenizer": ("tokenizer", str),
+                  "timeout": ("timeout", float), "retries": ("retries", int), "concurrency": ("concurrency", int),
+                  "max-logprobs": ("max_logprobs", int), "api-key-env": ("api_key_env", str)}
+
+
+def server_options(options: Mapping[str, str]) -> ServerOptions:
+    values: dict[str, Any] = {}
+    for key, raw in options.items():
+        if key == "api-key":
+            raise LongctxError("--backend-option api-key: an API key is never taken from the command line (it would land in "
+                               "shell histories and CI logs); put it in the environment variable VLLM_API_KEY, or name "
+                               "another with api-key-env=NAME")
+        if key not in SERVER_OPTIONS:
+            raise LongctxError(f"--backend-option {key}={raw}: the vllm-server backend has no option {key!r}; "
+                               f"it takes {', '.join(SERVER_OPTIONS)}")
+        field, kind = SERVER_OPTIONS[key]
+        try:
+            values[field] = kind(raw)
+        except ValueError:
+            raise LongctxError(f"--backend-option {key}={raw}: expected a {'whole ' if kind is int else ''}number") from None
+    settings = ServerOptions(**values)
+    for field in ("timeout", "concurrency", "max_logprobs"):
+        if getattr(settings, field) <= 0:
+            raise LongctxError(f"--backend-option {field.replace('_', '-')}: must be above 0")
+    if settings.retries < 0:
+        raise LongctxError("--backend-option retries: must be 0 or more")
+    return settings

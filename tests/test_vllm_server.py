@@ -1,0 +1,292 @@
+"""The vllm-server backend against a stand-in vLLM server: an HTTP server on loopback that
+speaks vLLM's completions protocol (token-id prompts, ``logprobs``, ``logprob_token_ids``,
+``return_tokens_as_token_ids``, cached-token counts) and answers each request with one full
+forward pass of a tiny transformers model. The reads must equal a naive full-logits pass;
+the failures of a network dependency (a server that errs, dies, re-tokenizes, serves another
+model, wants a key) must each be one line. The real vLLM server is tested in
+tests/test_vllm.py, in vLLM's own environment."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from conftest import needs, tiny_qwen3
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.vllm import server as server_module
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.scoring import engine
+from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.modes import plan_reads
+
+pytestmark = needs("httpx", "torch", "transformers", install="pip install 'pytest-longctx[vllm-server]' torch")
+VOCAB = 1000
+BLOCK = 32  # the stand-in's prefix-cache block: a prompt's cached tokens are its whole blocks seen before
+
+
+class StandIn:
+    """What the stand-in server does; tests change its attributes to make it misbehave."""
+
+    def __init__(self, model, names=("org/tiny",), max_model_len=4096, key=None, tokenize=None):
+        self.model, self.names, self.max_model_len, self.key, self.tokenize = model, list(names), max_model_len, key, tokenize
+        self.prompts: list[tuple[int, ...]] = []  # completions' prompts, as they arrived
+        self.seen: set[tuple[int, ...]] = set()  # the blocks computed so far (prefixes of whole blocks)
+        self.errors = 0  # the next this many completions answer 503
+        self.answer_limit: int | None = None  # completions answered before the server goes down
+        self.retokenize = False
+        self.plain_tokens = False  # write tokens as text, not token_id:N (not a vLLM server)
+        self.lock = threading.Lock()
+
+    def completion(self, body: dict) -> tuple[int, dict]:
+        import torch
+
+        prompt = tuple(body["prompt"])
+        with self.lock:
+            if self.answer_limit is not None and len(self.prompts) >= self.answer_limit:
+                return 599, {}
+            if self.errors:
+                self.errors -= 1
+                return 503, {"error": {"message": "overloaded"}}
+            self.prompts.append(prompt)
+            cached = max((n for n in range(BLOCK, len(prompt), BLOCK) if prompt[:n] in self.seen), default=0)
+            self.seen.update(prompt[:n] for n in range(BLOCK, len(prompt) + 1, BLOCK))
+        with torch.no_grad():
+            logits = self.model(torch.tensor([list(prompt)]), logits_to_keep=1).logits[0, -1]
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        sampled = int(logp.argmax())
+        ids = body.get("logprob_token_ids") or [int(t) for t in torch.topk(logp, body["logprobs"]).indices] if body["logprobs"] else []
+        name = (lambda t: f"tok{t}") if self.plain_tokens else (lambda t: f"token_id:{t}")
+        read = list(prompt[:-1]) + [0] if self.retokenize else list(prompt)
+        return 200, {"choices": [{"logprobs": {"tokens": [name(sampled)], "token_logprobs": [float(logp[sampled])],
+                                               "top_logprobs": [{name(t): float(logp[t]) for t in ids}]},
+                                  "prompt_token_ids": read}],
+                     "usage": {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
+def serve(standin: StandIn) -> tuple[str, ThreadingHTTPServer]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status: int, body: dict) -> None:
+            if status == 599:  # gone: drop the connection without an answer
+                self.close_connection = True
+                self.connection.close()
+                return
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorised(self) -> bool:
+            if standin.key and self.headers.get("Authorization") != f"Bearer {standin.key}":
+                self.reply(401, {"error": {"message": "Unauthorized"}})
+                return False
+            return True
+
+        def do_GET(self):
+            if not self.authorised():
+                return
+            if self.path == "/v1/models":
+                self.reply(200, {"data": [{"id": n, "root": f"/models/{n}", "max_model_len": standin.max_model_len}
+                                          for n in standin.names]})
+            elif self.path == "/version":
+                self.reply(200, {"version": "0.32.0"})
+            else:
+                self.reply(404, {"error": {"message": "not found"}})
+
+        def do_POST(self):
+            if not self.authorised():
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/v1/completions":
+                self.reply(*standin.completion(body))
+            elif self.path == "/tokenize" and standin.tokenize is not None:
+                self.reply(200, {"tokens": standin.tokenize(body["prompt"])})
+            else:
+                self.reply(404, {"error": {"message": "not found"}})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{httpd.server_address[1]}/v1", httpd
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen3(VOCAB, seed=3)
+
+
+@pytest.fixture
+def standin(model):
+    made = StandIn(model)
+    url, httpd = serve(made)
+    made.url = url
+    yield made
+    httpd.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch):
+    monkeypatch.setattr(server_module, "RETRY_WAIT", 0.0)
+
+
+def connect(standin, *options):
+    backend, _ = load_backend(standin.url, backend="vllm-server", options=["timeout=20", *options])
+    return backend
+
+
+def naive(model, ids, positions, tokens, top_k):
+    """One full forward pass, full-vocabulary log-softmax in float64."""
+    import torch
+
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), dim=-1)
+    top1 = [int(logp[p].argmax()) for p in positions]
+    asked = [[float(logp[p, t]) for t in wanted] for p, wanted in zip(positions, tokens)]
+    ranked = [sorted(range(VOCAB), key=lambda t, p=p: (-float(logp[p, t]), t))[:top_k] for p in positions]
+    return top1, asked, [(r, [float(logp[p, t]) for t in r]) for p, r in zip(positions, ranked)]
+
+
+def test_reads_through_a_server_equal_one_full_forward_pass(standin, model):
+    backend = connect(standin)
+    ids = np.random.default_rng(0).integers(0, VOCAB, 300).tolist()
+    positions, tokens = [120, 40, 299, 7], [[5, ids[121]], [9], [1, 2, 3], []]
+    got = backend.read(ids, positions, tokens, top_k=16)
+    top1, asked, top = naive(model, ids, positions, tokens, 16)
+    assert got.top1 == top1
+    assert np.allclose(np.concatenate(got.logprobs), np.concatenate([a for a in asked if a]), atol=1e-5)
+    assert [t[0] for t in got.top] == [t[0] for t in top]
+    assert np.allclose(np.concatenate([t[1] for t in got.top]), np.concatenate([t[1] for t in top]), atol=1e-5)
+    # the read furthest on goes first, alone (it fills the prefix cache); then the others; then the
+    # follow-ups for the ids the top 16 did not hold
+    assert standin.prompts[0] == tuple(ids[:300])
+    assert sorted(map(len, standin.prompts[1:4])) == [8, 41, 121]
+    assert backend.traffic.requests == len(standin.prompts) and backend.traffic.cached_tokens > 0
+    assert "requests in flight" in backend.status()
+
+
+def test_the_engine_through_a_server_scores_as_the_transformers_backend(standin, data_dir, qwen_tokenizer):
+    from pytest_longctx.backends.hf import TransformersBackend
+
+    wide = tiny_qwen3(len(qwen_tokenizer), seed=3)  # the data's ids are Qwen3.5's
+    standin.model = wide
+    plans = plan_reads(load_dataset(data_dir, sets=["facts", "tool_calls"], lengths=["2k"], limit=1), "ids")
+    served = [s for item in engine.run(connect(standin), plans, top_k=16) for t in item if t for s in t]
+    local = [s for item in engine.run(TransformersBackend(wide), plans, top_k=16) for t in item if t for s in t]
+    assert len(served) == len(local) > 20
+    assert [s.top1 for s in served] == [s.top1 for s in local]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(served, local)) < 1e-4
+    assert all(a.top[0] == b.top[0] for a, b in zip(served, local))
+
+
+def test_a_failing_request_is_tried_again_and_a_server_that_stays_down_is_one_line(standin):
+    backend = connect(standin, "retries=2")
+    standin.errors = 2
+    assert len(backend.read(list(range(40)), [39], [[1]]).top1) == 1
+    standin.errors = 3
+    with pytest.raises(LongctxError, match=r"did not answer /completions after 3 tries \(HTTP 503"):
+        backend.read(list(range(40)), [39], [[1]])
+
+
+def test_a_server_that_dies_half_way_keeps_what_was_scored_in_the_cache(standin, data_dir, tmp_path, qwen_tokenizer):
+    plans = plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=3), "ids")
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    backend = connect(standin, "retries=0")
+    whole = engine.run(backend, plans)
+    backend.describe()  # the identity probe (a request of its own) is sent once, before
+    needed = len(standin.prompts) - 1
+    standin.prompts.clear()
+    standin.answer_limit = needed // 2 + 1  # the first request's reads, and a few of the next
+    with pytest.raises(LongctxError, match="did not answer /completions after 1 tries.*in the score cache"):
+        engine.run(backend, plans, cache=ScoreCache.for_backend(backend, tmp_path))
+    kept = ScoreCache.for_backend(backend, tmp_path).db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+    assert kept >= 1
+    standin.prompts.clear()
+    standin.answer_limit = None
+    again = ScoreCache.for_backend(backend, tmp_path)
+    assert engine.run(backend, plans, cache=again) == whole
+    assert again.hits == kept and 0 < len(standin.prompts) < needed
+
+
+def test_a_server_that_reads_other_ids_than_were_sent_is_one_line(standin):
+    backend = connect(standin)
+    standin.retokenize = True
+    with pytest.raises(LongctxError, match="read other token ids than were sent"):
+        backend.read(list(range(40)), [39], [[1]])
+
+
+def test_not_a_vllm_server_is_one_line(standin):
+    standin.plain_tokens = True
+    with pytest.raises(LongctxError, match="not as token_id:N"):
+        connect(standin).read(list(range(40)), [39], [[1]])
+
+
+def test_the_served_model_is_checked(standin):
+    with pytest.raises(LongctxError, match=r"does not serve 'org/other'; it serves org/tiny"):
+        connect(standin, "served-model=org/other")
+    standin.names = ["org/tiny", "org/tiny-int4"]
+    with pytest.raises(LongctxError, match="serves org/tiny, org/tiny-int4: name one with --backend-option served-model"):
+        connect(standin)
+    backend, _ = load_backend("org/tiny-int4", backend="vllm-server", options=[f"base-url={standin.url}"])
+    assert backend.describe()["served_model"] == "org/tiny-int4"
+
+
+def test_a_prompt_beyond_max_model_len_is_one_line_before_any_request(standin):
+    standin.max_model_len = 100
+    backend = connect(standin)
+    with pytest.raises(LongctxError, match="prompt of 150 tokens, beyond vLLM's max_model_len of 100"):
+        backend.read(list(range(200)), [149], [[1]])
+    assert standin.prompts == []
+
+
+def test_the_api_key_comes_from_the_environment_and_goes_nowhere(standin, monkeypatch):
+    standin.key = "s3cret-key"
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    with pytest.raises(LongctxError, match="HTTP 401.*environment variable VLLM_API_KEY"):
+        connect(standin)
+    with pytest.raises(LongctxError, match="never taken from the command line"):
+        connect(standin, "api-key=s3cret-key")
+    monkeypatch.setenv("MY_KEY", "s3cret-key")
+    backend = connect(standin, "api-key-env=MY_KEY")
+    assert "s3cret-key" not in json.dumps(backend.describe())
+    assert backend.read(list(range(40)), [39], [[1]]).top1
+
+
+def test_the_identity_probe_tells_other_weights_behind_the_same_name(standin):
+    first = connect(standin).describe()
+    assert first == connect(standin).describe()
+    standin.model = tiny_qwen3(VOCAB, seed=4)
+    assert connect(standin).describe()["weights"] != first["weights"]
+
+
+def test_the_local_tokenizer_is_checked_against_the_servers(standin, qwen_tokenizer, tmp_path):
+    folder = tmp_path / "tok"
+    qwen_tokenizer.save_pretrained(folder)
+    standin.tokenize = lambda text: qwen_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert connect(standin, f"tokenizer={folder}").tokenizer is not None
+    standin.tokenize = lambda text: qwen_tokenizer(text, add_special_tokens=False)["input_ids"][1:]
+    with pytest.raises(LongctxError, match="tokenizes a check text into other ids than the server's tokenizer"):
+        connect(standin, f"tokenizer={folder}")
+    assert connect(standin).tokenizer is None
+
+
+@pytest.mark.parametrize("options, message", [
+    (["retries=-1"], "retries: must be 0 or more"),
+    (["concurrency=0"], "concurrency: must be above 0"),
+    (["max-logprobs=many"], "max-logprobs=many: expected a whole number"),
+    (["cache-type-k=q8_0"], "has no option 'cache-type-k'"),
+])
+def test_bad_options_are_one_line(standin, options, message):
+    with pytest.raises(LongctxError, match=message):
+        connect(standin, *options)
+
+
+def test_a_model_name_without_a_server_is_one_line():
+    with pytest.raises(LongctxError, match="needs the server: --model http://HOST:PORT/v1"):
+        load_backend("org/tiny", backend="vllm-server")
