@@ -4,14 +4,17 @@ and adds its report to the markdown summary, and where it cannot run it says so 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
-from conftest import tiny_qwen3
+from conftest import needs, needs_smollm2, tiny_qwen3
 from itemkit import write_split
 from test_blame import damaged
+from test_blame_gguf import MATRICES, SETTINGS, files, vocab  # noqa: F401  # the GGUF files and their fixtures
 
 from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.data.load import load_dataset
@@ -120,8 +123,8 @@ def test_a_baseline_that_names_no_loadable_original_leaves_it_to_fill_in(pyteste
 @pytest.mark.parametrize(("args", "message"), [
     (["--longctx-update-baseline"], "--longctx-blame: this run makes the baseline: there is nothing to compare, so nothing "
                                     "to blame; leave it out"),
-    (["--longctx-backend=llama.cpp"], "--longctx-blame: it blames transformers checkpoints (--longctx-backend hf), not "
-                                      "--longctx-backend llama.cpp; leave it out"),
+    (["--longctx-backend=mine:factory"], "--longctx-blame: it blames transformers checkpoints and GGUF files "
+                                         "(--longctx-backend hf or llama.cpp), not --longctx-backend mine:factory; leave it out"),
 ])
 def test_longctx_blame_where_it_cannot_run_is_one_line(pytester, made, data_dir, args, message):
     result = gate(pytester, made, data_dir, "named", "--longctx-blame", *args)
@@ -148,3 +151,34 @@ def test_a_passing_gate_prints_no_blame_command(pytester, made, data_dir):
         f"--longctx-baseline={made / 'named'}.json.gz", "--longctx-blame")
     assert result.ret == 0
     assert printed(result) == [] and "longctx blame: the gate passes: nothing to blame" in result.outlines
+
+
+@needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'")
+@needs_smollm2
+def test_a_failing_llama_cpp_gate_blames_its_gguf_files(pytester, data_dir, tmp_path, request):
+    made = request.getfixturevalue("files")  # test_blame_gguf's: layers 1 and 3 damaged and stored as Q8_0
+    original = LlamaCppBackend.load(str(made[0]), SETTINGS, name=str(made[0]))
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    score_sets(original, original.tokenizer, dataset, progress=False).as_baseline().save(tmp_path / "gguf.json.gz")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={made[1]}", "--longctx-backend=llama.cpp",
+        "--longctx-backend-option=threads=2", f"--longctx-data={data_dir}", "--longctx-sets=tool_calls",
+        "--longctx-lengths=2k", "--longctx-limit=1", f"--longctx-baseline={tmp_path / 'gguf.json.gz'}", "--longctx-blame")
+    assert result.ret == 1
+    assert printed(result) == [shlex.join([
+        "longctx", "blame", "--reference", str(made[0]), "--model", str(made[1]), "--baseline", str(tmp_path / "gguf.json.gz"),
+        "--backend", "llama.cpp", "--backend-option", "threads=2", "--data", str(data_dir), "--sets", "tool_calls",
+        "--lengths", "2k", "--limit", "1", "--rows", ROW])]
+    lines = result.outlines
+    table = lines.index(next(line for line in lines if line.startswith("rank ")))
+    first = lines[table + 2].split()[1]
+    assert first in ("layer.1", "layer.3")  # a planted layer first
+    # the fix set, however many parts it took on this one item, and its llama-quantize command: one override per part kept
+    kept = re.fullmatch(r"fix set \(\d+ parts, .+\): keep (.+) from the original",
+                        next(line for line in lines if line.startswith("fix set ("))).group(1).split(", ")
+    assert kept[0] == first and set(kept) <= {"layer.1", "layer.3"}
+    start = lines.index("the fix set, made from the original by llama.cpp's quantizer:")
+    stems = "|".join(MATRICES)
+    assert lines[start + 1:start + 3 + len(kept)] == [
+        "llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\" for n in sorted(p[-1] for p in kept)),
+        f"  {made[0]} fixed.gguf Q8_0"]

@@ -3,7 +3,8 @@ printed after the summary, and with ``--longctx-blame`` that blame run at once (
 "From the gate"). Loaded only when a model gate runs (it imports the scoring engine).
 
 The command blames the failing rows with drift figures, on the sets and lengths they come
-from, with the run's data, limit, dtype and device; the original is ``--longctx-blame-reference``,
+from, with the run's backend (transformers or llama.cpp) and its options, data, limit, dtype and
+device; the original is ``--longctx-blame-reference``,
 else the model the baseline was made from, as its meta names it, where this machine can load it."""
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import pytest
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.llama_cpp.hybrids import load_pair
+from pytest_longctx.backends.parts import Pair, StateDictPair
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import Blame, blame, choose_rows
+from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation
@@ -29,6 +32,7 @@ from pytest_longctx.reports.format import markdown_text as cell
 
 UNNAMED = "<the original model>"  # the command's --reference where nothing names a loadable original
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
 
 
 class BlameAfterGate:
@@ -71,6 +75,10 @@ class BlameAfterGate:
         options, (configs, lengths) = self.run.options, self.selection(rows)
         args = ["longctx", "blame", "--reference", self.original()[0], "--model", str(options.model),
                 "--baseline", str(options.baseline)]
+        if options.backend != "hf":
+            args += ["--backend", options.backend]
+        for setting in options.backend_options:
+            args += ["--backend-option", setting]
         if options.data != "builtin":
             args += ["--data", options.data]
         args += ["--sets", ",".join(configs), "--lengths", ",".join(lengths)]
@@ -78,7 +86,7 @@ class BlameAfterGate:
             args += ["--limit", str(options.limit)]
         args += ["--rows", ";".join(rows)]
         for flag, value in (("--dtype", options.dtype), ("--device", options.device)):
-            if value != "auto":
+            if value != "auto" and options.backend == "hf":  # llama.cpp runs the files' own types
                 args += [flag, value]
         return shlex.join(args)
 
@@ -130,11 +138,17 @@ class BlameAfterGate:
         """Blame ``rows`` on the items of their configs and lengths, with this run's thresholds."""
         options, (configs, lengths) = self.run.options, self.selection(rows)
         dataset = self.run.dataset.select({(c, n, i.id) for c, n, i in self.run.dataset.items() if c in configs and n in lengths})
-        reference = self.original()[0]
+        return blame_pair(self.pair(), dataset, self.run.baseline, thresholds=options.thresholds, rows=rows)
+
+    def pair(self) -> Pair:
+        """The original and the candidate as the gate's backend loads its model (llama.cpp: the original with
+        llama.cpp's own KV cache, as ``longctx blame`` runs it)."""
+        options, names = self.run.options, (self.original()[0], str(self.run.options.model))
+        if options.backend == "llama.cpp":
+            return load_pair(*names, options.backend_options)
         original, candidate = (load_backend(name, "hf", options.dtype, options.device, options.backend_options,
-                                            options.trust_remote_code)[0] for name in (reference, str(options.model)))
-        return blame(original.model, candidate.model, candidate.tokenizer or original.tokenizer, dataset, self.run.baseline,
-                     names=(reference, str(options.model)), thresholds=options.thresholds, rows=rows)
+                                            options.trust_remote_code)[0] for name in names)
+        return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, names)
 
     def add_to_html(self, found: Blame) -> list[str]:
         """The blame's chart and tables in the gate's HTML report (``--longctx-html``), after its drift section."""
@@ -162,12 +176,13 @@ class BlameAfterGate:
 
 def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
     """The plugin that follows a model gate's summary; None where it has nothing to blame (updating
-    the baseline, a backend other than transformers). ``--longctx-blame`` where it cannot run: one line."""
+    the baseline, a backend blame makes no hybrids for). ``--longctx-blame`` where it cannot run: one line."""
     options = run.options
-    if options.update_baseline or options.backend != "hf":
+    if options.update_baseline or options.backend not in BACKENDS:
         if config.getoption("longctx_blame"):
             why = ("this run makes the baseline: there is nothing to compare, so nothing to blame" if options.update_baseline
-                   else f"it blames transformers checkpoints (--longctx-backend hf), not --longctx-backend {options.backend}")
+                   else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(BACKENDS)}), "
+                        f"not --longctx-backend {options.backend}")
             raise LongctxError(f"--longctx-blame: {why}; leave it out")
         return None
     found = BlameAfterGate(run, config)
