@@ -32,10 +32,12 @@ def level(text: str) -> float:
 
 def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
     """How the model is loaded and run, where past answers are kept, and progress."""
-    parser.add_argument("--backend", default="hf", help="'hf' (transformers), 'llama.cpp' (a .gguf file) or module:factory")
+    parser.add_argument("--backend", default="hf", help="'hf' (transformers), 'llama.cpp' (a .gguf file), 'vllm' (in process), "
+                        "'vllm-server' (a running vLLM server) or module:factory")
     parser.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of the backend (llama.cpp: cache-type-k=q8_0, cache-type-v=q4_0, threads=4, "
-                        "batch-size=2048, ubatch-size=512, gpu-layers=N, flash-attn=auto); repeatable")
+                        "batch-size=2048, ubatch-size=512, gpu-layers=N, flash-attn=auto; vllm: its engine arguments, "
+                        "tensor-parallel-size=2; vllm-server: tokenizer=FOLDER, served-model=NAME); repeatable")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--trust-remote-code", action="store_true",

@@ -53,7 +53,8 @@ OPTIONS = (
     Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", "auto"),
     Option("trust-remote-code", "let a model that needs its own Python code (auto_map in its config) run it; refused by "
            "default", False, ini=False, kind="flag"),
-    Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file) or module:factory", "hf"),
+    Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file), 'vllm' (in process), 'vllm-server' (a running vLLM "
+           "server) or module:factory", "hf"),
     Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4, …); repeatable",
            ini=False, kind="pairs"),
     Option("cache-dir", "where answers of past forward passes are kept (default: the user cache; 'off' to disable)"),

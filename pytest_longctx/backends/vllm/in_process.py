@@ -109,6 +109,10 @@ class VllmBackend:
     def status(self) -> str:
         return self.traffic.line()
 
+    def close(self) -> None:
+        """Stop vLLM's engine (its processes and the memory they hold)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     # -------------------------------------------------------------- identity
 
     def weights_fingerprint(self) -> str:

@@ -180,6 +180,10 @@ class VllmServerBackend:
     def status(self) -> str:
         return self.traffic.line()
 
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self.client.close()
+
     # -------------------------------------------------------------- identity
 
     def probe(self) -> str:
