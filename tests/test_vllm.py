@@ -1,0 +1,235 @@
+"""The vLLM backends against vLLM itself (its CPU build, in its own environment:
+scripts/setup-vllm-venv.sh; CI runs this file there with LONGCTX_TEST_VLLM=1): SmolLM2 in
+process and from a server this module starts, read as the transformers backend reads it;
+the gate with a transformers-made baseline; tensor parallelism on a tiny model.
+
+Tolerances. vLLM and transformers compute the same float32 model with other kernels (vLLM's
+CPU attention, its fused RMSNorm and SiLU): log-probabilities differ by rounding, 3e-5 at most
+over the reads measured here; 1e-3 nats leaves room for other CPUs' kernels and is still 50
+times below the gate's drift threshold (0.05). Top-1 may differ only where the two most likely
+tokens are closer than that (a near tie), and the test says how many such reads there were."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs
+
+pytestmark = [needs("vllm", "httpx", install="scripts/setup-vllm-venv.sh DIR: vLLM's own environment", required_by="LONGCTX_TEST_VLLM"),
+              pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+TOLERANCE = 1e-3  # nats; see the module docstring
+ENGINE = ["enforce-eager=true", "block-size=32", "max-model-len=4096", "dtype=float32"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_memory():
+    """vLLM's CPU build reserves its KV cache in host memory: 1 GiB is plenty for 4k tokens."""
+    saved = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    yield
+    if saved is None:
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE")
+    else:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+
+
+@pytest.fixture(scope="module")
+def smollm2(_private_cache):
+    from pytest_longctx.backends.hf import smollm2_folder
+
+    return smollm2_folder()
+
+
+@pytest.fixture(scope="module")
+def transformers_backend(smollm2):
+    from pytest_longctx.backends import load_backend
+
+    return load_backend(smollm2, dtype="float32")[0]
+
+
+@pytest.fixture(scope="module")
+def plans(transformers_backend):
+    from pytest_longctx.data.load import load_dataset
+    from pytest_longctx.scoring.modes import plan_reads
+
+    dataset = load_dataset("builtin", sets=["facts", "tool_calls"], lengths=["2k"], limit=2)
+    return plan_reads(dataset, "text", transformers_backend.tokenizer)
+
+
+def flat(results):
+    return [s for item in results for target in item if target for s in target]
+
+
+def compare(served, local) -> int:
+    """Asserts the reads agree (see TOLERANCE); returns how many top-1s differ at near ties."""
+    assert len(served) == len(local) > 50
+    worst = max(abs(a.logprob - b.logprob) for a, b in zip(served, local))
+    assert worst < TOLERANCE, worst
+    ties = 0
+    for a, b in zip(served, local):
+        if a.top1 != b.top1:
+            ids, values = b.top
+            assert a.top1 in ids[:2] and abs(values[0] - values[1]) < TOLERANCE, "top-1 differs away from a near tie"
+            ties += 1
+    drift = [abs(x - y) for a, b in zip(served, local) for x, y in zip(a.top[1], b.top[1])]
+    assert max(drift) < TOLERANCE
+    return ties
+
+
+def say(line: str) -> None:
+    """A figure for CI's log, past pytest's capture (capsys would hand vLLM's logger, which keeps
+    the stream it first sees, a stream that is closed after the test)."""
+    print(f"\n{line}", file=sys.__stderr__, flush=True)
+
+
+def test_vllm_in_process_reads_as_transformers(smollm2, plans, transformers_backend):
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.scoring import engine
+
+    backend, tokenizer = load_backend(smollm2, backend="vllm", options=ENGINE)
+    try:
+        assert tokenizer is not None
+        described = backend.describe()
+        assert described["tensor_parallel"] == 1 and described["dtype"] == "float32" and described["versions"]["vllm"]
+        served = flat(engine.run(backend, plans, top_k=16))
+        local = flat(engine.run(transformers_backend, plans, top_k=16))
+        ties = compare(served, local)
+        say(f"vLLM in process: {len(served)} reads, {ties} near-tie top-1 differences; {backend.status()}")
+        # the prefix cache served most prompt tokens
+        assert backend.traffic.cached_tokens > backend.traffic.prompt_tokens / 2
+    finally:
+        backend.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(smollm2, tmp_path_factory):
+    """``vllm serve`` on SmolLM2 (float32, eager), started and stopped here."""
+    import httpx
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smollm2, "--served-model-name", "smollm2",
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--block-size", "32",
+               "--max-model-len", "4096", "--max-logprobs", "128", "--enable-prompt-tokens-details"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve stopped (exit {process.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not start in 600 s:\n{log.read_text()[-3000:]}")
+            time.sleep(2)
+        yield f"{url}/v1"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_vllm_server_reads_as_transformers(server, smollm2, plans, transformers_backend):
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.scoring import engine
+
+    backend, tokenizer = load_backend(server, backend="vllm-server", options=["max-logprobs=128", f"tokenizer={smollm2}"])
+    assert tokenizer is not None  # checked against the server's /tokenize
+    assert backend.describe()["served_model"] == "smollm2" and backend.describe()["weights"].startswith("probe:")
+    served = flat(engine.run(backend, plans, top_k=16))
+    local = flat(engine.run(transformers_backend, plans, top_k=16))
+    ties = compare(served, local)
+    say(f"vLLM server: {len(served)} reads, {ties} near-tie top-1 differences; {backend.status()}")
+    assert backend.traffic.computed_tokens is not None and backend.traffic.cached_tokens > backend.traffic.prompt_tokens / 2
+
+
+def test_the_gate_passes_vllm_against_a_transformers_baseline(server, smollm2, tmp_path):
+    """The usual case: the baseline made by transformers from the original, the candidate
+    read as vLLM serves it. Same weights: it passes, with drift below 0.001 nats."""
+    baseline, results = tmp_path / "baseline.json.gz", tmp_path / "results.json"
+    common = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--longctx-only", "--longctx-lengths", "2k",
+              "--longctx-limit", "2", "--longctx-sets", "facts,tool_calls", "--longctx-baseline", str(baseline)]
+    made = subprocess.run([*common, "--longctx-model", smollm2, "--longctx-dtype", "float32", "--longctx-update-baseline"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout[-3000:]
+    gated = subprocess.run([*common, "--longctx-model", server, "--longctx-backend", "vllm-server",
+                            "--longctx-backend-option", "max-logprobs=128", "--longctx-backend-option", f"tokenizer={smollm2}",
+                            "--longctx-out", str(results)], cwd=tmp_path, capture_output=True, text=True)
+    assert gated.returncode == 0, gated.stdout[-3000:]
+    assert "baseline made by TransformersBackend" in gated.stdout and "model read by VllmServerBackend (vllm " in gated.stdout
+    drift = json.loads(results.read_text())["drift"]
+    far = [row["far"]["kl"] for row in drift.values() if row.get("far", {}).get("kl") is not None]
+    assert far and max(far) < 1e-3
+
+
+def tiny_llama(folder: Path, smollm2: str) -> str:
+    """A random Llama with an even number of heads (SmolLM2's 9 cannot be split in 2), with
+    SmolLM2's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=32, max_position_embeddings=4096, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(smollm2).save_pretrained(folder)
+    return str(folder)
+
+
+def test_tensor_parallel_reads_as_one_device_and_as_transformers(smollm2, tmp_path, monkeypatch):
+    from pytest_longctx.backends import load_backend
+
+    # vLLM's CPU workers bind their threads per NUMA node, and this machine has one: each of the
+    # two workers gets a core of its own instead
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    folder = tiny_llama(tmp_path / "tiny-llama", smollm2)
+    ids = np.random.default_rng(0).integers(0, 49152, 700).tolist()
+    positions, tokens = [10, 300, 699], [[1, 2], [3], [ids[1]]]
+    answers = {}
+    for size in (1, 2):
+        backend, _ = load_backend(folder, backend="vllm", options=[*ENGINE, f"tensor-parallel-size={size}"])
+        try:
+            assert backend.describe()["tensor_parallel"] == size
+            answers[size] = backend.read(ids, positions, tokens, top_k=16)
+        finally:
+            backend.close()
+    local = load_backend(folder, dtype="float32")[0].read(ids, positions, tokens, top_k=16)
+    for size, got in answers.items():
+        assert got.top1 == local.top1, size
+        assert np.allclose(np.concatenate(got.logprobs), np.concatenate(local.logprobs), atol=1e-4), size
+        assert [t[0] for t in got.top] == [t[0] for t in local.top], size
+    assert np.allclose(np.concatenate(answers[1].logprobs), np.concatenate(answers[2].logprobs), atol=1e-4)
+
+
+def test_bad_engine_arguments_are_one_line(smollm2):
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.errors import LongctxError
+
+    with pytest.raises(LongctxError, match="not one of vLLM's engine arguments \\(did you mean tensor-parallel-size"):
+        load_backend(smollm2, backend="vllm", options=["tensor-paralel-size=2"])
+    with pytest.raises(LongctxError, match="enable-prefix-caching=false: every read would compute its whole prompt"):
+        load_backend(smollm2, backend="vllm", options=["enable-prefix-caching=false"])
+    with pytest.raises(LongctxError, match="the gate sets it itself"):
+        load_backend(smollm2, backend="vllm", options=["logprobs-mode=processed_logprobs"])
