@@ -290,3 +290,19 @@ def test_bad_options_are_one_line(standin, options, message):
 def test_a_model_name_without_a_server_is_one_line():
     with pytest.raises(LongctxError, match="needs the server: --model http://HOST:PORT/v1"):
         load_backend("org/tiny", backend="vllm-server")
+
+
+def test_the_progress_line_shows_requests_in_flight_and_cache_hits(standin, data_dir, qwen_tokenizer):
+    import io
+
+    from pytest_longctx.progress import labelled
+
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    plans = plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=1), "ids")
+    stream = io.StringIO()
+    backend = connect(standin)
+    engine.run(backend, plans, progress=labelled("longctx", stream))
+    last = stream.getvalue().strip().splitlines()[-1]
+    assert last.startswith("longctx: 1/1 items") and "tokens/s" in last
+    assert f"0 requests in flight, {len(standin.prompts)} answered" in last
+    assert f"{backend.traffic.cached_tokens:,} of {backend.traffic.prompt_tokens:,} prompt tokens from vLLM's prefix cache" in last
