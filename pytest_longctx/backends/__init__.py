@@ -5,7 +5,7 @@ an object with ``read(ids, positions, tokens, top_k=0)`` (see ``base.Backend``).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
@@ -28,6 +28,23 @@ def backend_options(pairs: Sequence[str]) -> dict[str, str]:
             raise LongctxError(f"--backend-option {key}: given twice ({key}={options[key]} and {pair})")
         options[key] = value.strip()
     return options
+
+
+def option_values(options: Mapping[str, str], table: Mapping[str, tuple[str, Callable[[str], Any]]], backend: str) -> dict[str, Any]:
+    """A backend's ``--backend-option`` values by field: ``table`` maps each KEY it takes to
+    (its field, the parser of its value); an unknown key, or a value the parser refuses
+    (``ValueError``, whose message says what it expected), is one line."""
+    values: dict[str, Any] = {}
+    for key, raw in options.items():
+        if key not in table:
+            raise LongctxError(f"--backend-option {key}={raw}: the {backend} backend has no option {key!r}; "
+                               f"it takes {', '.join(table)}")
+        field, parse = table[key]
+        try:
+            values[field] = parse(raw)
+        except ValueError as exc:
+            raise LongctxError(f"--backend-option {key}={raw}: {exc}") from None
+    return values
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",

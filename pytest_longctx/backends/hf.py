@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from pytest_longctx.backends import option_values
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
 from pytest_longctx.errors import LongctxError
@@ -84,12 +85,8 @@ def loading_options(options: Mapping[str, str]) -> dict[str, Any]:
     ``DEVICE_MAPS``: the model spread over the visible GPUs, then the CPU, then
     ``offload-folder``), ``max-memory`` (``0:10GiB,1:20GiB,cpu:30GiB``: what each device may
     hold), ``offload-folder`` (where weights that fit nowhere else go)."""
-    known = {"device-map": "device_map", "max-memory": "max_memory", "offload-folder": "offload_folder"}
-    for key, value in options.items():
-        if key not in known:
-            raise LongctxError(f"--backend-option {key}={value}: the transformers backend has no option {key!r}; "
-                               f"it takes {', '.join(known)}")
-    loading: dict[str, Any] = {known[key]: value for key, value in options.items()}
+    known = {"device-map": ("device_map", str), "max-memory": ("max_memory", str), "offload-folder": ("offload_folder", str)}
+    loading = option_values(options, known, "transformers")
     if "device_map" not in loading and loading:
         key = next(iter(options))
         raise LongctxError(f"--backend-option {key}={options[key]}: needs device-map=… (auto: across the visible GPUs, "

@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_longctx.backends import option_values
 from pytest_longctx.errors import LongctxError
 
 # The KV cache types llama.cpp accepts (its --cache-type-k / --cache-type-v), by ggml type name.
@@ -95,16 +96,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
 
 def parse_settings(options: Mapping[str, str]) -> Settings:
     """``--backend-option`` values as Settings: an unknown key or a bad value is one line."""
-    values: dict[str, Any] = {}
-    for key, raw in options.items():
-        if key not in OPTIONS:
-            raise LongctxError(f"--backend-option {key}={raw}: the llama.cpp backend has no option {key!r}; "
-                               f"it takes {', '.join(OPTIONS)}")
-        field, parse = OPTIONS[key]
-        try:
-            values[field] = parse(raw)
-        except ValueError as exc:
-            raise LongctxError(f"--backend-option {key}={raw}: {exc}") from None
+    values = option_values(options, OPTIONS, "llama.cpp")
     if "batch_size" in values and "ubatch_size" not in values:  # the default physical step never exceeds the call
         values["ubatch_size"] = min(Settings.ubatch_size, values["batch_size"])
     settings = Settings(**values)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from pytest_longctx.backends import option_values
 from pytest_longctx.errors import LongctxError
 
 # what the gate needs of the engine, unless the user says otherwise: the prefix cache (reads
@@ -76,26 +77,28 @@ class ServerOptions:
     api_key_env: str = "VLLM_API_KEY"  # the environment variable that holds the API key, if the server wants one
 
 
+def _number(kind: type) -> Callable[[str], Any]:
+    def parse(value: str) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            raise ValueError(f"expected a {'whole ' if kind is int else ''}number") from None
+
+    return parse
+
+
 SERVER_OPTIONS = {"base-url": ("base_url", str), "served-model": ("served_model", str), "tokenizer": ("tokenizer", str),
-                  "timeout": ("timeout", float), "retries": ("retries", int), "concurrency": ("concurrency", int),
-                  "max-logprobs": ("max_logprobs", int), "api-key-env": ("api_key_env", str)}
+                  "timeout": ("timeout", _number(float)), "retries": ("retries", _number(int)),
+                  "concurrency": ("concurrency", _number(int)), "max-logprobs": ("max_logprobs", _number(int)),
+                  "api-key-env": ("api_key_env", str)}
 
 
 def server_options(options: Mapping[str, str]) -> ServerOptions:
-    values: dict[str, Any] = {}
-    for key, raw in options.items():
-        if key == "api-key":
-            raise LongctxError("--backend-option api-key: an API key is never taken from the command line (it would land in "
-                               "shell histories and CI logs); put it in the environment variable VLLM_API_KEY, or name "
-                               "another with api-key-env=NAME")
-        if key not in SERVER_OPTIONS:
-            raise LongctxError(f"--backend-option {key}={raw}: the vllm-server backend has no option {key!r}; "
-                               f"it takes {', '.join(SERVER_OPTIONS)}")
-        field, kind = SERVER_OPTIONS[key]
-        try:
-            values[field] = kind(raw)
-        except ValueError:
-            raise LongctxError(f"--backend-option {key}={raw}: expected a {'whole ' if kind is int else ''}number") from None
+    if "api-key" in options:
+        raise LongctxError("--backend-option api-key: an API key is never taken from the command line (it would land in "
+                           "shell histories and CI logs); put it in the environment variable VLLM_API_KEY, or name "
+                           "another with api-key-env=NAME")
+    values = option_values(options, SERVER_OPTIONS, "vllm-server")
     settings = ServerOptions(**values)
     for field in ("timeout", "concurrency", "max_logprobs"):
         if getattr(settings, field) <= 0:
