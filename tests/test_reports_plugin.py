@@ -57,6 +57,8 @@ def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
     results = json.loads(gate.out.read_text())
     headline, rest = summary.split("### Drift at the reads")
     drift, failing = rest.split("### Failing cells")
+    failing, blamed = failing.split("### Which parts to blame")  # the failing drift row's blame command, after the summary
+    assert f"`longctx blame --reference reference --model {gate.html.parent / 'degraded'} --baseline {gate.baseline} " in blamed
     table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in headline.splitlines()
              if line.startswith("| ") and not line.startswith(("| row ", "| :---"))}
     verdicts = {v["label"]: v for v in results["verdicts"]}
