@@ -13,11 +13,20 @@ run. Each method runs in a forked child, so its peak memory is its own.
 
 ``tiny`` is a randomly initialised qwen3 with the Qwen3.5 vocabulary (ids mode).
 
-``--backends`` scores the same items with both backends in one process, one after the
-other: the transformers backend on SmolLM2 in float32 (``smollm2-135m``) and the llama.cpp
-backend on the packaged Q4_1 file (``smollm2-135m-gguf``), each through ``score_sets`` as
-the gate runs it; for llama.cpp also the time spent inside ``llama_decode`` (llama.cpp's
-own share; the rest is the engine's overhead). When lm-evaluation-harness is installed
+``--backends`` scores the same items with each backend named in one process, one after the
+other: the transformers backend on SmolLM2 in float32 (``hf``), the llama.cpp backend on the
+packaged Q4_1 file (``llama.cpp``), vLLM in process on the float32 SmolLM2 (``vllm``) and a
+vLLM server the user started on it (``vllm-server`` with ``--vllm-server URL``), each through
+``score_sets`` as the gate runs it; for llama.cpp also the share of the time spent inside
+``llama_decode`` (the rest is the engine's overhead); for vLLM the requests and the prompt
+tokens it computed (those its prefix cache did not serve) against the distinct prefix
+tokens, the least an exact scorer computes. vLLM runs in its own environment
+(scripts/setup-vllm-venv.sh), where llama.cpp is not installed: compare them through hf,
+which both environments have.
+
+    python benchmarks/bench_engine.py --backends hf,vllm,vllm-server --vllm-server http://127.0.0.1:8000/v1 --lengths 2k
+
+When lm-evaluation-harness is installed
 (``pip install "pytest-longctx[peers]"``), its ``loglikelihood`` scores the same targets on the same float32
 model, one request (context, continuation) per target as its tasks do, at the lengths of
 ``--lm-eval-lengths``.
@@ -262,10 +271,36 @@ def lm_eval_run(folder: str, requests: list[tuple[str, str, bool]]) -> tuple[flo
     return (sum(counted) / len(counted) if counted else None), seconds
 
 
+def backend_named(name: str, args: argparse.Namespace) -> Any:
+    """A backend of the comparison, on SmolLM2: transformers in float32, llama.cpp on the packaged
+    Q4_1 file, vLLM in process (float32, eager) or the vLLM server at ``--vllm-server``."""
+    from pytest_longctx.backends import load_backend
+
+    if name == "hf":
+        return load_backend("smollm2-135m", "hf", "float32", "cpu")[0]
+    if name == "llama.cpp":
+        return load_backend("smollm2-135m-gguf", "llama.cpp")[0]
+    if name == "vllm":
+        return load_backend("smollm2-135m", "vllm", options=["dtype=float32", "enforce-eager=true", *args.vllm_option])[0]
+    if name == "vllm-server":
+        if not args.vllm_server:
+            raise SystemExit("--backends vllm-server needs --vllm-server http://HOST:PORT/v1")
+        from pytest_longctx.backends.aliases import resolve_model
+
+        return load_backend(args.vllm_server, "vllm-server", options=[f"tokenizer={resolve_model('smollm2-135m')}",
+                                                                       "max-logprobs=128"])[0]
+    raise SystemExit(f"--backends {name}: expected hf, llama.cpp, vllm or vllm-server")
+
+
+def inside(backend: Any) -> tuple[float | None, Any]:
+    """(seconds spent inside the library, the vLLM traffic) so far, where the backend counts them."""
+    return getattr(backend, "eval_seconds", None), getattr(backend, "traffic", None)
+
+
 def bench_backends(args: argparse.Namespace) -> None:
     import importlib.util
+    from copy import copy
 
-    from pytest_longctx.backends import load_backend
     from pytest_longctx.backends.aliases import resolve_model
     from pytest_longctx.data.load import load_dataset
     from pytest_longctx.parse import comma_list
@@ -274,39 +309,53 @@ def bench_backends(args: argparse.Namespace) -> None:
     from pytest_longctx.scoring.modes import plan_reads
     from pytest_longctx.scoring.pipeline import score_sets
 
-    hf = load_backend("smollm2-135m", "hf", "float32", "cpu")[0]
-    llama = load_backend("smollm2-135m-gguf", "llama.cpp")[0]
+    names = comma_list(args.backends)
+    backends = {name: backend_named(name, args) for name in names}
+    tokenizer = next(iter(backends.values())).tokenizer
     with_lm_eval = importlib.util.find_spec("lm_eval") is not None
     lm_eval_lengths = comma_list(args.lm_eval_lengths)
     speed, accuracy = [], []
     for length in comma_list(args.lengths):
         for config in comma_list(args.sets):
             dataset = load_dataset(args.data, sets=[config], lengths=[length], limit=args.limit)
-            tokens = engine.forwarded_tokens(plan_reads(dataset, "text", hf.tokenizer))
-            hf_results, hf_seconds = timed(partial(score_sets, hf, hf.tokenizer, dataset, mode="text", progress=False))
-            before = llama.eval_seconds
-            llama_results, llama_seconds = timed(partial(score_sets, llama, llama.tokenizer, dataset, mode="text", progress=False))
-            decode = llama.eval_seconds - before
+            bound = engine.forwarded_tokens(plan_reads(dataset, "text", tokenizer))  # distinct prefix tokens
+            headlines = []
+            for name, backend in backends.items():
+                library_before, traffic = inside(backend)
+                before = copy(traffic) if traffic is not None else None
+                results, seconds = timed(partial(score_sets, backend, backend.tokenizer, dataset, mode="text", progress=False))
+                library_after, traffic = inside(backend)
+                library = "" if library_before is None else f"{100 * (library_after - library_before) / seconds:.0f} %"
+                requests = computed = share = ""
+                if traffic is not None:
+                    asked = traffic.requests - before.requests
+                    prompts = traffic.prompt_tokens - before.prompt_tokens
+                    cached = traffic.cached_tokens - before.cached_tokens
+                    requests = f"{asked:,}"
+                    computed = f"{prompts - cached:,} of {prompts:,}" if not traffic.uncounted else f"? of {prompts:,}"
+                    share = f"{(prompts - cached) / bound:.2f}x" if not traffic.uncounted else "?"
+                speed.append([f"{length} {config}", name, f"{bound:,}", f"{seconds:.1f}", f"{bound / seconds:.0f}", library,
+                              requests, computed, share])
+                headlines.append(f"{headline(results, config, length):.3f}")
             lm_accuracy = lm_seconds = None
-            requests = lm_eval_requests(dataset, config, length)
+            requests_lm = lm_eval_requests(dataset, config, length)
             if with_lm_eval and length in lm_eval_lengths:
-                lm_accuracy, lm_seconds = lm_eval_run(resolve_model("smollm2-135m"), requests)
-            speed.append([f"{length} {config}", f"{tokens:,}", f"{hf_seconds:.1f}", f"{tokens / hf_seconds:.0f}",
-                          f"{llama_seconds:.1f}", f"{tokens / llama_seconds:.0f}", f"{decode:.1f}", f"{tokens / decode:.0f}",
-                          f"{100 * (llama_seconds - decode) / llama_seconds:.0f} %",
-                          "not run" if lm_seconds is None else f"{lm_seconds:.1f}",
-                          "" if lm_seconds is None else f"{lm_seconds / hf_seconds:.1f}x"])
-            counted = sum(c for _, _, c in requests)
-            accuracy.append([f"{length} {config}", str(counted), f"{headline(hf_results, config, length):.3f}",
-                             f"{headline(llama_results, config, length):.3f}",
+                lm_accuracy, lm_seconds = lm_eval_run(resolve_model("smollm2-135m"), requests_lm)
+                speed.append([f"{length} {config}", "lm-eval loglikelihood", f"{bound:,}", f"{lm_seconds:.1f}",
+                              f"{bound / lm_seconds:.0f}", "", f"{len(requests_lm):,}", "", ""])
+            counted = sum(c for _, _, c in requests_lm)
+            accuracy.append([f"{length} {config}", str(counted), *headlines,
                              "not run" if lm_accuracy is None else f"{lm_accuracy:.3f}",
-                             str(split_differently(hf.tokenizer, requests))])
+                             str(split_differently(tokenizer, requests_lm))])
             print(f"{length} {config}: done", file=sys.stderr, flush=True)
-    print(f"data {args.data}, limit {args.limit} items per config and length; {llama.settings.threads} threads for llama.cpp, "
-          f"torch {__import__('torch').get_num_threads()}")
-    print(table(["set", "tokens run", "hf s", "hf tokens/s", "llama.cpp s", "llama.cpp tokens/s", "in llama_decode s",
-                 "llama_decode tokens/s", "engine overhead", "lm-eval s", "lm-eval / hf"], speed))
-    print(table(["set", "targets", "hf (engine)", "llama.cpp Q4_1 (engine)", "lm-eval loglikelihood (hf model)",
+    threads = [f"{backend.settings.threads} threads for llama.cpp" for backend in backends.values() if hasattr(backend, "settings")]
+    print(f"data {args.data}, limit {args.limit} items per config and length; "
+          + ", ".join([*threads, f"torch {__import__('torch').get_num_threads()} threads"]))
+    print("tokens: the distinct prefix tokens of the items (the least any exact scorer must run); vLLM: tokens it computed "
+          "(prompt tokens not served from its prefix cache) and their ratio to that bound")
+    print(table(["set", "backend", "tokens", "s", "tokens/s", "inside the library", "requests", "vLLM computed", "computed / bound"],
+                speed))
+    print(table(["set", "targets", *[f"{name} (engine)" for name in backends], "lm-eval loglikelihood (hf model)",
                  "context tokenized apart differs"], accuracy))
 
 
@@ -319,8 +368,12 @@ def main() -> None:
     parser.add_argument("--naive-memory-gb", type=float, default=12.0,
                         help="skip the naive way where its logits alone would need more memory than this")
     parser.add_argument("--single", type=int, metavar="TOKENS", help="measure one sequence of this length instead")
-    parser.add_argument("--backends", action="store_true",
-                        help="the transformers and llama.cpp backends (and lm-evaluation-harness) on SmolLM2 instead")
+    parser.add_argument("--backends", nargs="?", const="hf,llama.cpp", metavar="NAMES",
+                        help="compare backends on SmolLM2 instead (and lm-evaluation-harness): hf, llama.cpp, vllm, "
+                             "vllm-server, comma-separated (default hf,llama.cpp)")
+    parser.add_argument("--vllm-server", metavar="URL", help="--backends vllm-server: the server, http://HOST:PORT/v1")
+    parser.add_argument("--vllm-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="--backends vllm: one of vLLM's engine arguments (block-size=32); repeatable")
     parser.add_argument("--sets", default="facts,tool_calls", help="--backends: facts and/or tool_calls")
     parser.add_argument("--lm-eval-lengths", default="2k", help="--backends: lengths lm-evaluation-harness runs at")
     args = parser.parse_args()
