@@ -40,7 +40,9 @@ def test_score_writes_results_and_prints_the_rows(model_dir, data_dir, tmp_path,
                  "--reference_scores", str(scores), "--out", str(mine), "--quiet"]) == 0
     against = json.loads(mine.read_text())
     assert against["reference"] == str(scores)
-    assert against["rows"]["Rules kept far back, worst case (1.00 = as the original)"] == pytest.approx(1.0)
+    # the model against its own scores: 1 up to float32 rounding (the second run reads rules_en alone,
+    # so its prefix tree, and with it where the forward passes are cut, differs from the first's)
+    assert against["rows"]["Rules kept far back, worst case (1.00 = as the original)"] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_the_console_script_reports_errors_in_one_line(data_dir, tmp_path):
