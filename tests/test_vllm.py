@@ -223,7 +223,7 @@ def test_tensor_parallel_reads_as_one_device_and_as_transformers(smollm2, tmp_pa
     assert np.allclose(np.concatenate(answers[1].logprobs), np.concatenate(answers[2].logprobs), atol=1e-4)
 
 
-def test_bad_engine_arguments_are_one_line(smollm2):
+def test_bad_engine_arguments_are_one_line(smollm2, monkeypatch):
     from pytest_longctx.backends import load_backend
     from pytest_longctx.errors import LongctxError
 
@@ -233,3 +233,7 @@ def test_bad_engine_arguments_are_one_line(smollm2):
         load_backend(smollm2, backend="vllm", options=["enable-prefix-caching=false"])
     with pytest.raises(LongctxError, match="the gate sets it itself"):
         load_backend(smollm2, backend="vllm", options=["logprobs-mode=processed_logprobs"])
+    # an engine that cannot start (here: a KV cache larger than the machine's memory) is one line, not vLLM's bare RuntimeError
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "100000")
+    with pytest.raises(LongctxError, match=r"^vLLM could not start its engine for .*enforce-eager=True.*the reason is in vLLM's log"):
+        load_backend(smollm2, backend="vllm", options=["enforce-eager=true"])

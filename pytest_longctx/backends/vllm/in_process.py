@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_longctx.backends.base import ReadResult, read_by_session
 from pytest_longctx.backends.files import folder_digest, settings_digest
+from pytest_longctx.backends.vllm.options import ENGINE_DEFAULTS
 from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
@@ -53,7 +54,17 @@ class VllmBackend:
     def load(cls, model: str, arguments: Mapping[str, Any], name: str | None = None, trust_remote_code: bool = False) -> VllmBackend:
         from vllm import LLM
 
-        llm = LLM(model=model, trust_remote_code=trust_remote_code, **arguments)
+        try:
+            llm = LLM(model=model, trust_remote_code=trust_remote_code, **arguments)
+        except RuntimeError as exc:
+            if "initialization failed" not in str(exc):
+                raise
+            # the engine's processes said why in vLLM's log; the error that reaches here does not
+            given = ", ".join(f"{k.replace('_', '-')}={v}" for k, v in arguments.items() if k not in ENGINE_DEFAULTS)
+            raise LongctxError(f"vLLM could not start its engine for {model} ({given or 'default engine arguments'}): the "
+                               "reason is in vLLM's log above (often an engine argument this device does not support, such "
+                               "as an fp8 KV cache on a CPU without AVX-512, or memory: on a CPU set VLLM_CPU_KVCACHE_SPACE "
+                               "to the GiB its KV cache may take)") from None
         return cls(llm, name or model, arguments)
 
     def _tokenizer(self) -> Any:
