@@ -348,7 +348,7 @@ def bench_backends(args: argparse.Namespace) -> None:
                              "not run" if lm_accuracy is None else f"{lm_accuracy:.3f}",
                              str(split_differently(tokenizer, requests_lm))])
             print(f"{length} {config}: done", file=sys.stderr, flush=True)
-    threads = [f"{backend.settings.threads} threads for llama.cpp" for backend in backends.values() if hasattr(backend, "settings")]
+    threads = [f"{b.settings.threads} threads for llama.cpp" for b in backends.values() if hasattr(b, "eval_seconds")]
     print(f"data {args.data}, limit {args.limit} items per config and length; "
           + ", ".join([*threads, f"torch {__import__('torch').get_num_threads()} threads"]))
     print("tokens: the distinct prefix tokens of the items (the least any exact scorer must run); vLLM: tokens it computed "
