@@ -106,7 +106,13 @@ class VllmBackend:
         prompts = [TokensPrompt(prompt_token_ids=list(q.prompt)) for q in queries]
         params = [SamplingParams(max_tokens=1, temperature=0.0, logprobs=q.top_k if not q.ids else None,
                                  logprob_token_ids=list(q.ids) or None, detokenize=False) for q in queries]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        except Exception as exc:
+            if type(exc).__name__ != "EngineDeadError":
+                raise
+            raise LongctxError("vLLM's engine stopped in the middle of the run (EngineDeadError; its log above says why); what "
+                               "was scored before is in the score cache: rerun to go on") from None
         replies = []
         for query, output in zip(queries, outputs):
             if list(output.prompt_token_ids) != list(query.prompt):
