@@ -86,8 +86,8 @@ def compare(served, local) -> int:
 
 
 def say(line: str) -> None:
-    """A figure for CI's log, past pytest's capture (capsys would hand vLLM's logger, which keeps
-    the stream it first sees, a stream that is closed after the test)."""
+    """A figure for CI's log (which runs this file with -s). Not through capsys: vLLM's logger
+    keeps the stream it first sees, and capsys's is closed after the test."""
     print(f"\n{line}", file=sys.__stderr__, flush=True)
 
 
