@@ -214,16 +214,14 @@ def _read_each(backend: Backend, reader: Backend, requests: list[Request], track
                named: Callable[[Request], str]) -> list[Answers]:
     """Each request one ``read``; ``reader``: ``backend`` as the protocol has it (``conforming``)."""
     tracker.start(sum(len(r.ids) for r in requests))
-    answers = []
     for number, request in enumerate(requests):
         indices = sorted(request.reads)
         tokens = [sorted(request.reads[i]) for i in indices]
         result = reader.read(request.ids, indices, tokens, top_k=top_k)
-        answers.append(_answers(backend, "read", result, indices, tokens, top_k,
-                                lambda _, request=request: named(request)))
         tracker.tokens(len(request.ids))
-        tracker.answered(number, answers[-1])
-    return answers
+        tracker.answered(number, _answers(backend, "read", result, indices, tokens, top_k,
+                                          lambda _, request=request: named(request)))
+    return tracker.done
 
 
 def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
@@ -298,8 +296,8 @@ def run(
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
     status = getattr(backend, "status", None)
-    tracker = _Tracker(progress, subset, len(plans), keep=(lambda request, found: cache.put(request, found, top_k)) if cache else None,
-                       status=status if callable(status) else None)
+    keep = (lambda request, found: cache.put(request, found, top_k)) if cache is not None else None
+    tracker = _Tracker(progress, subset, len(plans), keep=keep, status=status if callable(status) else None)
     try:
         if subset and reuse_prefixes and has_sessions(reader):
             computed = _read_tree(backend, reader, subset, tracker, top_k, named)

@@ -50,7 +50,7 @@ def _id_of(token: str) -> int:
 class VllmServerBackend:
     """Scores the model a vLLM server serves; see the module docstring."""
 
-    def __init__(self, settings: ServerOptions, name: str, client: Any = None):
+    def __init__(self, settings: ServerOptions, name: str):
         import httpx
 
         self.settings = settings
@@ -58,7 +58,7 @@ class VllmServerBackend:
         self.name = name
         key = os.environ.get(settings.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = client or httpx.Client(headers=headers, timeout=settings.timeout)
+        self.client = httpx.Client(headers=headers, timeout=settings.timeout)
         self.max_ids = settings.max_logprobs
         self.traffic = Traffic()
         self.pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="longctx-vllm")
