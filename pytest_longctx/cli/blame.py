@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_longctx.backends import backend_options
-from pytest_longctx.backends.hf import factory
-from pytest_longctx.backends.llama_cpp.hybrids import load_pair
-from pytest_longctx.backends.parts import GRANULARITIES, Pair, StateDictPair
+from pytest_longctx.backends.parts import GRANULARITIES, Pair
 from pytest_longctx.cli.args import names
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.gate.blame import blame_pair, load_models
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
@@ -75,16 +72,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def pair_of(args: argparse.Namespace) -> Pair:
-    """The original and the candidate as ``--backend`` loads them (an alias resolves as for --model)."""
-    if args.backend == "llama.cpp":
-        if args.dtype != "auto" or args.device not in ("auto", "cpu"):
-            raise LongctxError(f"--dtype {args.dtype} --device {args.device}: blame --backend llama.cpp runs the files' own "
-                               "types on the CPU; leave both auto (layers on a GPU: --backend-option gpu-layers=N)")
-        return load_pair(args.reference, args.model, args.backend_option, args.reference_option)
-    if args.reference_option:
+    """The original and the candidate as ``--backend`` loads them, once the flags are known to fit it."""
+    if args.backend == "llama.cpp" and (args.dtype != "auto" or args.device not in ("auto", "cpu")):
+        raise LongctxError(f"--dtype {args.dtype} --device {args.device}: blame --backend llama.cpp runs the files' own "
+                           "types on the CPU; leave both auto (layers on a GPU: --backend-option gpu-layers=N)")
+    if args.backend != "llama.cpp" and args.reference_option:
         raise LongctxError(f"--reference-option {args.reference_option[0]}: for --backend llama.cpp only; transformers loads "
                            "both checkpoints with the same --backend-option values")
-    options = backend_options(args.backend_option)
-    original, candidate = (factory(name, dtype=args.dtype, device=args.device, options=options)
-                           for name in (args.reference, args.model))
-    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (args.reference, args.model))
+    return load_models(args.backend, args.reference, args.model, args.dtype, args.device, args.backend_option,
+                       args.reference_option)

@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.llama_cpp.hybrids import load_pair
 from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, StateDictPair, select_parts
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
@@ -187,6 +189,18 @@ def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: 
     if unknown:
         raise LongctxError(f"--rows {unknown[0]!r}: not a failing row with drift figures; they are: {'; '.join(measured)}")
     return [r for r in measured if r in wanted]
+
+
+def load_models(backend: str, reference: str, model: str, dtype: str = "auto", device: str = "auto",
+                options: Sequence[str] = (), reference_options: Sequence[str] = (), trust_remote_code: bool = False) -> Pair:
+    """The original (``reference``) and the candidate (``model``) as ``backend`` loads them: ``hf``, both
+    transformers checkpoints with ``dtype``, ``device`` and the ``--backend-option``s ``options`` (an alias
+    resolves as for --model); ``llama.cpp``, both GGUF files with their own types (``load_pair``:
+    ``reference_options`` over ``options`` for the original)."""
+    if backend == "llama.cpp":
+        return load_pair(reference, model, options, reference_options)
+    original, candidate = (load_backend(name, "hf", dtype, device, options, trust_remote_code)[0] for name in (reference, model))
+    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model))
 
 
 def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,

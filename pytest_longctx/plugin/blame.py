@@ -15,12 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.aliases import is_model_name
-from pytest_longctx.backends.llama_cpp.hybrids import load_pair
-from pytest_longctx.backends.parts import Pair, StateDictPair
+from pytest_longctx.backends.parts import Pair
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
+from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows, load_models
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation
@@ -143,12 +141,9 @@ class BlameAfterGate:
     def pair(self) -> Pair:
         """The original and the candidate as the gate's backend loads its model (llama.cpp: the original with
         llama.cpp's own KV cache, as ``longctx blame`` runs it)."""
-        options, names = self.run.options, (self.original()[0], str(self.run.options.model))
-        if options.backend == "llama.cpp":
-            return load_pair(*names, options.backend_options)
-        original, candidate = (load_backend(name, "hf", options.dtype, options.device, options.backend_options,
-                                            options.trust_remote_code)[0] for name in names)
-        return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, names)
+        options = self.run.options
+        return load_models(options.backend, self.original()[0], str(options.model), options.dtype, options.device,
+                           options.backend_options, trust_remote_code=options.trust_remote_code)
 
     def add_to_html(self, found: Blame) -> list[str]:
         """The blame's chart and tables in the gate's HTML report (``--longctx-html``), after its drift section."""
