@@ -78,3 +78,36 @@ def test_nan_log_probabilities_are_one_clear_error_and_nothing_is_lost(data_dir,
     assert "non-finite log-probabilities" in err[-1] and "facts/2k/f0" in err[-1] and "--dtype float32" in err[-1]
     results = json.loads(out.read_text())
     assert results["sets"]["facts"]["2k"]["nonfinite"] == 2 * 3 and results["sets"]["facts"]["2k"]["scored"] == 0
+
+
+def test_blame_and_compare_take_the_thresholds_the_gate_writes_for_them():
+    from dataclasses import replace
+
+    from pytest_longctx.cli.args import thresholds_of
+    from pytest_longctx.cli.main import build_parser
+    from pytest_longctx.gate.blame import check_keys, threshold_arguments
+    from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
+
+    overrides = parse_overrides(["tool_calls-2k:kl=0.03", "rules_en-*:retained=0.8", "tool_calls-2k-*:item_drop=2.5"],
+                                "--longctx-threshold on the command line")
+    run = Thresholds(drop=0.1, kl=0.123456789, alpha=0.05, min_effect=0.5, overrides=overrides)
+    keys = check_keys({"tool_calls": {"2k": ["a1", "a2"]}})
+    assert keys == ["tool_calls-2k-a1", "tool_calls-2k-a2", "tool_calls-2k"]
+    written = threshold_arguments(run, keys)
+    # the defaults are left out, and the rules pattern, which names no check of the selection
+    assert written == ["--max-drop", "0.1", "--max-kl", "0.123456789", "--threshold", "tool_calls-2k:kl=0.03",
+                       "--threshold", "tool_calls-2k-*:item_drop=2.5", "--alpha", "0.05", "--min-effect", "0.5"]
+    expected = replace(run, overrides=(overrides[0], overrides[2]))
+    for command in (["blame", "--reference", "a", "--model", "b"], ["compare", "base.json.gz", "results.json"]):
+        assert thresholds_of(build_parser().parse_args([*command, *written])) == expected
+        assert thresholds_of(build_parser().parse_args(command)) == Thresholds()
+    assert threshold_arguments(Thresholds(), keys) == []
+
+
+def test_a_blame_threshold_naming_no_check_is_one_line_before_any_model_is_loaded(data_dir, capsys):
+    code = main(["blame", "--reference", "no-such-org/original", "--model", "no-such-org/candidate", "--data", str(data_dir),
+                 "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--threshold", "facts-*:kl=0.1"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("longctx: error: --threshold 'facts-*:kl=0.1': the pattern 'facts-*' matches no check of this "
+                               "run; the checks are named like tool_calls-2k")

@@ -15,11 +15,12 @@ from test_blame_gguf import MATRICES, SETTINGS, files, vocab  # noqa: F401  # th
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
-from pytest_longctx.cli.main import main
+from pytest_longctx.cli.args import thresholds_of
+from pytest_longctx.cli.main import build_parser, main
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
-from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.thresholds import Override, Thresholds
 from pytest_longctx.reports.blame import blame_text
 from pytest_longctx.scoring.pipeline import score_sets
 
@@ -114,10 +115,23 @@ def test_a_baseline_that_names_no_loadable_original_leaves_it_to_fill_in(pyteste
     given = gate(pytester, made, data_dir, "unnamed", "--longctx-blame", f"--longctx-blame-reference={made / 'original'}",
                  "--longctx-max-kl=0.04")
     assert given.ret == 1
-    assert shlex.split(printed(given)[0])[3] == str(made / "original")
-    assert ("longctx:   (the command judges with the default thresholds, this run did not: a row may pass there "
-            "(--longctx-blame judges with this run's))") in given.outlines
+    [command] = printed(given)
+    assert shlex.split(command)[3] == str(made / "original") and shlex.split(command)[-2:] == ["--max-kl", "0.04"]
+    assert not [line for line in given.outlines if line.startswith("longctx:   (")]  # nothing left to the reader
     assert any(line.startswith("fix set (2 parts, passes): keep layer.") for line in given.outlines)
+
+
+def test_the_printed_command_judges_with_the_runs_thresholds(pytester, made, data_dir, capsys):
+    result = gate(pytester, made, data_dir, "named", "--longctx-max-kl=0.04", "--longctx-threshold=tool_calls-2k:kl=0.03")
+    assert result.ret == 1
+    [command] = printed(result)
+    args = shlex.split(command)
+    assert args[-4:] == ["--max-kl", "0.04", "--threshold", "tool_calls-2k:kl=0.03"]
+    assert thresholds_of(build_parser().parse_args(args[1:])) == Thresholds(kl=0.04, overrides=(Override("tool_calls-2k", "kl", 0.03),))
+    # looser on the row (the last override that names it wins), the row passes there: nothing to blame
+    capsys.readouterr()
+    assert main([*args[1:], "--threshold", "tool_calls-2k:kl=1000", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("nothing to blame:")
 
 
 @pytest.mark.parametrize(("args", "message"), [

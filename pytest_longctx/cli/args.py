@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from pytest_longctx.gate.blame import FLAGS
+from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.parse import comma_list, finite_nonnegative, significance_level
 
 
@@ -45,3 +47,36 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
                         "(default: the user cache; 'off' to disable)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate's thresholds, as the plugin's options (same defaults); each flag's dest is its field of
+    ``Thresholds``, its name ``FLAGS``'s (so the gate can write them: gate/blame.py)."""
+    defaults = Thresholds()
+
+    def add(name: str, **settings: object) -> None:
+        settings.setdefault("metavar", FLAGS[name].lstrip("-").replace("-", "_").upper())  # as the flag, not the field
+        parser.add_argument(FLAGS[name], dest=name, **settings)
+
+    add("drop", type=nonnegative, default=defaults.drop,
+        help=f"largest allowed accuracy drop, facts and distant tool calls (default {defaults.drop:g})")
+    add("retained", type=nonnegative, default=defaults.retained,
+        help=f"lowest allowed retained rule effect per cell (default {defaults.retained:g})")
+    add("follow", type=nonnegative, default=defaults.follow, help=f"lowest allowed share of rules followed (default {defaults.follow:g})")
+    add("item_drop", type=nonnegative, default=defaults.item_drop,
+        help=f"largest allowed mean loss of one item, nats (default {defaults.item_drop:g})")
+    add("kl", type=nonnegative, default=defaults.kl, metavar="NATS",
+        help=f"largest allowed mean KL_K at far reads, facts and tool calls (drift; default {defaults.kl:g})")
+    add("overrides", action="append", default=[], metavar="PATTERN:METRIC=VALUE",
+        help="per row, cell or item, as the plugin's --longctx-threshold; repeatable")
+    add("alpha", type=level, metavar="A", help="fail a row or cell only when its shortfall beyond the threshold is significant "
+        "at level A (one-sided paired bootstrap over items; default: the point estimate decides)")
+    add("min_effect", type=nonnegative, default=defaults.min_effect, metavar="NATS",
+        help=f"rules: the baseline's rule effect a target needs to be counted (default {defaults.min_effect:g} nats; "
+             "applies when the metrics are recomputed from raw scores)")
+
+
+def thresholds_of(args: argparse.Namespace) -> Thresholds:
+    """The ``Thresholds`` the flags of ``add_threshold_arguments`` give; a malformed --threshold is one line."""
+    values = {name: getattr(args, name) for name in FLAGS}
+    return Thresholds(**{**values, "overrides": parse_overrides(values["overrides"], FLAGS["overrides"])})

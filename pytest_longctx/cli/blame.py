@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from pytest_longctx.backends.parts import GRANULARITIES, Pair
-from pytest_longctx.cli.args import names
+from pytest_longctx.cli.args import add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair, load_models
+from pytest_longctx.gate.blame import blame_pair, dataset_keys, load_models
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
@@ -51,15 +51,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_threshold_arguments(p)  # what the failing rows and the fix set's verification are judged with
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out), ("--markdown", args.markdown), ("--html", args.html)], inputs=[("--baseline", args.baseline)])
+    thresholds = thresholds_of(args)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
+    thresholds.check_patterns(dataset_keys(dataset))  # a pattern naming nothing is refused before any model is loaded
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
-    found = blame_pair(pair_of(args), dataset, baseline, granularity=args.granularity, parts=args.parts, rows=args.rows,
-                       progress=not args.quiet)
+    found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity, parts=args.parts,
+                       rows=args.rows, progress=not args.quiet)
     print(blame_text(found))
     if args.out:
         write_json(args.out, found.to_json())

@@ -4,8 +4,9 @@ printed after the summary, and with ``--longctx-blame`` that blame run at once (
 
 The command blames the failing rows with drift figures, on the sets and lengths they come
 from, with the run's backend (transformers or llama.cpp) and its options, data, limit, dtype and
-device; the original is ``--longctx-blame-reference``,
-else the model the baseline was made from, as its meta names it, where this machine can load it."""
+device, and the run's thresholds where they are not the defaults (so it judges as the run judged);
+the original is ``--longctx-blame-reference``, else the model the baseline was made from, as its
+meta names it, where this machine can load it."""
 from __future__ import annotations
 
 import os
@@ -17,10 +18,10 @@ import pytest
 
 from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.parts import Pair
+from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows, load_models
+from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows, dataset_keys, load_models, threshold_arguments
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.plugin.hooks import running
@@ -68,8 +69,13 @@ class BlameAfterGate:
         sources = [self.evaluation().row_sources[r] for r in rows]
         return list(dict.fromkeys(s.config for s in sources)), list(dict.fromkeys(str(s.length) for s in sources))
 
+    def items(self, rows: list[str]) -> Dataset:
+        """The items of the configs and lengths the rows come from: what the blame scores."""
+        configs, lengths = self.selection(rows)
+        return self.run.dataset.select({(c, n, i.id) for c, n, i in self.run.dataset.items() if c in configs and n in lengths})
+
     def command(self, rows: list[str]) -> str:
-        """The ``longctx blame`` command line that blames ``rows``."""
+        """The ``longctx blame`` command line that blames ``rows``, judging as this run judges."""
         options, (configs, lengths) = self.run.options, self.selection(rows)
         args = ["longctx", "blame", "--reference", self.original()[0], "--model", str(options.model),
                 "--baseline", str(options.baseline)]
@@ -86,18 +92,13 @@ class BlameAfterGate:
         for flag, value in (("--dtype", options.dtype), ("--device", options.device)):
             if value != "auto" and options.backend == "hf":  # llama.cpp runs the files' own types
                 args += [flag, value]
+        args += threshold_arguments(options.thresholds, dataset_keys(self.items(rows)))
         return shlex.join(args)
 
     def notes(self) -> list[str]:
-        """What the command leaves to the reader: the original where it is unnamed, and the thresholds."""
-        notes = []
+        """What the command leaves to the reader: the original where it is unnamed."""
         why = self.original()[1]
-        if why:
-            notes.append(f"{why}: put the original (uncompressed) model in --reference")
-        if self.run.options.thresholds != Thresholds():
-            notes.append("the command judges with the default thresholds, this run did not: a row may pass there "
-                         "(--longctx-blame judges with this run's)")
-        return notes
+        return [f"{why}: put the original (uncompressed) model in --reference"] if why else []
 
     @pytest.hookimpl(trylast=True)  # after the gate's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -134,9 +135,7 @@ class BlameAfterGate:
 
     def blame(self, rows: list[str]) -> Blame:
         """Blame ``rows`` on the items of their configs and lengths, with this run's thresholds."""
-        options, (configs, lengths) = self.run.options, self.selection(rows)
-        dataset = self.run.dataset.select({(c, n, i.id) for c, n, i in self.run.dataset.items() if c in configs and n in lengths})
-        return blame_pair(self.pair(), dataset, self.run.baseline, thresholds=options.thresholds, rows=rows)
+        return blame_pair(self.pair(), self.items(rows), self.run.baseline, thresholds=self.run.options.thresholds, rows=rows)
 
     def pair(self) -> Pair:
         """The original and the candidate as the gate's backend loads its model (llama.cpp: the original with
