@@ -11,7 +11,7 @@ import torch
 from conftest import tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.backends.parts import Hybrid, check_compatible, model_parts, select_parts
+from pytest_longctx.backends.parts import Hybrid, StateDictPair, check_compatible, model_parts, select_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
@@ -91,12 +91,23 @@ def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, candidate, 
         assert all(found.damage_share(p, row) == 0.0 for p in found.parts if p.part.name not in planted)
         assert all(found.damage_share(p, row) > 0.05 for p in found.parts if p.part.name in planted)
     assert set(found.fix_set) == planted and found.fixed
+    # the parts outside the planted layers are the original's own: not scored again, the original read once instead
+    assert {p.part.name for p in found.parts if p.unchanged} == {"embed", "layer.0", "layer.2", "final", "lm_head"}
+    assert found.hybrids == 2 * len(planted) + 1 + len(found.fix_set)
     assert found.fix_cost.parameters == sum(p.numel() for n, p in original.named_parameters()
                                             if n.startswith(("model.layers.1.", "model.layers.3.")))
     assert found.verification["passed"], found.verification["failing"]
     assert found.to_json()["fix_set"]["parts"] == found.fix_set
     after = TransformersBackend(candidate).weights_fingerprint(), TransformersBackend(original).weights_fingerprint()
     assert after == before  # both models are as loaded again
+
+
+def test_a_part_is_unchanged_only_with_the_same_values_stored_the_same_way(original, candidate, qwen_tokenizer):
+    pair = StateDictPair(original, candidate, None)
+    assert [p.name for p in pair.parts("layer") if not pair.unchanged(p)] == ["layer.1", "layer.3"]
+    halved = copy.deepcopy(original).to(torch.bfloat16)
+    narrow = StateDictPair(halved, copy.deepcopy(halved).to(torch.float32), None)
+    assert not any(narrow.unchanged(p) for p in narrow.parts("layer"))  # equal values, another dtype: changed
 
 
 def test_the_command_blames_saved_checkpoints_and_writes_json(original, candidate, data_dir, tmp_path, capsys):
@@ -118,7 +129,7 @@ def test_the_command_blames_saved_checkpoints_and_writes_json(original, candidat
     # the planted attention damage is not among the parts measured: the MLPs alone do not fix it, and blame says so
     assert body["fix_set"]["parts"] == ["layer.1.mlp", "layer.3.mlp"] or body["fix_set"]["parts"] == ["layer.3.mlp", "layer.1.mlp"]
     assert not body["fix_set"]["fixed"] and "lies in parts not measured (--parts)" in body["notes"][0]
-    assert "restore: far drift" in shown and "does NOT bring every row within its threshold" in shown and "verification" in shown
+    assert "restore: far drift" in shown and "does NOT make every blamed row pass" in shown and "verification" in shown
 
 
 def test_a_candidate_that_passes_has_nothing_to_blame(original, data_dir, tmp_path, capsys):

@@ -172,6 +172,7 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
         assert all(abs(found.restore_share(p, row)) < 1e-9 for p in found.parts[2:])  # clean parts restore nothing
         assert all(found.damage_share(p, row) == 0.0 for p in found.parts[2:])
     assert set(found.fix_set) == set(planted) and found.fixed
+    assert [p.part.name for p in found.parts if not p.unchanged] == planted  # the rest: the same blocks in both files
     assert found.verification["passed"], found.verification["failing"]
     # the cost from the tensors themselves: F32 in the original, Q8_0 matrices (34 bytes a block of 32) in the candidate
     matrices = sum(HIDDEN * HIDDEN * 2 + HIDDEN // 2 * HIDDEN * 2 + FFN * HIDDEN * 3 for _ in PLANTED)
@@ -240,6 +241,7 @@ def test_a_quantized_kv_cache_is_one_more_part(files, dataset):
     assert [p.name for p in pair.parts("layer")][-2:] == ["lm_head", "kv_cache"]
     kv = pair.parts("layer")[-1:]
     assert pair.cost(kv).parameters == 0
+    assert not pair.unchanged(kv[0]) and all(pair.unchanged(p) for p in pair.parts("layer")[:-1])
     plain = reads(LlamaCppBackend.load(str(files[0]), SETTINGS), dataset)
     rounded = reads(LlamaCppBackend.load(str(files[0]), quantized), dataset)
     assert plain != rounded
@@ -283,8 +285,11 @@ def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(fi
     assert code == 0, shown
     body = json.loads(out.read_text())
     clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
-    assert clean["rank"] == 3 and all(abs(s["restore_far"]) < 1e-9 and s["damage_far"] == 0 for s in clean["shares"].values())
-    assert set(body["fix_set"]["parts"]) == {"layer.1.mlp", "layer.3.attn"}
+    # the same blocks in both files: not scored, the candidate's and the original's own figures, ranked after every
+    # part that restores something (restoring layer.3.attn alone, with layer 1's heavy damage left, may not)
+    assert clean["unchanged"] and all(s["restore_far"] == 0 and s["damage_far"] == 0 for s in clean["shares"].values())
+    assert clean["rank"] == 1 + sum(p["score"] > 0 for p in body["parts"])
+    assert body["fix_set"]["parts"][0] == "layer.1.mlp" and set(body["fix_set"]["parts"]) <= {"layer.1.mlp", "layer.3.attn"}
     recipe = body["fix_set"]["recipe"]
     assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {files[0]} fixed.gguf Q8_0"
     assert "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *recipe]) in shown

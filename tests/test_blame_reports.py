@@ -8,6 +8,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+import torch
 from conftest import needs, tiny_qwen3
 from test_blame import damaged
 
@@ -30,8 +31,9 @@ def found(models, data_dir):
     return blame(*models, None, dataset, None, progress=False)
 
 
-def expected_cells(found, original, row: str) -> list[list[str]]:
-    """The ranked table of ``row``, computed from the row states and the model's own parameters."""
+def expected_cells(found, models, row: str) -> list[list[str]]:
+    """The ranked table of ``row``, computed from the row states and the models' own parameters."""
+    original, candidate = models
     before = found.candidate[row]
     cells = []
     for rank, entry in enumerate(found.parts, 1):
@@ -41,8 +43,10 @@ def expected_cells(found, original, row: str) -> list[list[str]]:
         caused = hurt.far / before.far
         count = sum(original.get_parameter(name).numel() for name in entry.part.parameters)
         shown = f"{count / 1e6:.2f}M" if count >= 1e6 else f"{count:,}"
+        same = all(torch.equal(original.get_parameter(n), candidate.get_parameter(n)) for n in entry.part.parameters)
+        mark = "unchanged" if same else "differ" if abs(restored - caused) > 0.25 else ""
         cells.append([str(rank), entry.part.name, f"{before.far:.3f} -> {after.far:.3f}", f"{restored:.0%}", excess,
-                      f"{hurt.far:.3f}", f"{caused:.0%}", shown, "differ" if abs(restored - caused) > 0.25 else ""])
+                      f"{hurt.far:.3f}", f"{caused:.0%}", shown, mark])
     return cells
 
 
@@ -77,11 +81,11 @@ class Page(HTMLParser):
             self.items[-1] += data
 
 
-def check_tables(found, original, tables: list[list[list[str]]]) -> None:
+def check_tables(found, models, tables: list[list[list[str]]]) -> None:
     assert len(tables) == len(found.rows) >= 1
     for row, table in zip(found.rows, tables):
         assert table[0] == HEADERS
-        assert table[1:] == expected_cells(found, original, row)
+        assert table[1:] == expected_cells(found, models, row)
         assert {line[1] for line in table[1:3]} == {"layer.1", "layer.3"}  # the planted layers first
 
 
@@ -91,7 +95,7 @@ def test_the_markdown_renders_every_parts_figures_and_the_fix_set(found, models)
 
     text = blame_markdown(found)
     page = Page(cmarkgfm.github_flavored_markdown_to_html(text))
-    check_tables(found, models[0], page.tables)
+    check_tables(found, models, page.tables)
     assert text.startswith("## longctx blame: ") and blame_markdown(found, level=3).startswith("### longctx blame: ")
     fix = next(i for i in page.items if i.startswith("fix set"))
     assert f"fix set (2 parts, passes): keep {', '.join(found.fix_set)} from the original" in fix
@@ -111,7 +115,7 @@ def bars(svg: str) -> dict[str, list[float]]:
 @needs("matplotlib", install='pip install -e ".[report]"')
 def test_the_html_bars_are_the_shares_and_its_tables_the_figures(found, models):
     text = blame_html(found)
-    check_tables(found, models[0], Page(text).tables)
+    check_tables(found, models, Page(text).tables)
     drawn = bars(text)
     shares = {f"{direction}-0-{p.part.name}": share(p, found.rows[0]) for p in found.parts
               for direction, share in (("restore", found.restore_share), ("damage", found.damage_share))}
@@ -128,7 +132,7 @@ def test_without_matplotlib_the_html_has_its_tables_alone(found, models, monkeyp
     monkeypatch.setattr(plots, "available", lambda: False)
     text = blame_html(found)
     assert "<svg" not in text and "No plot: matplotlib is not installed" in text
-    check_tables(found, models[0], Page(text).tables)
+    check_tables(found, models, Page(text).tables)
 
 
 def test_the_command_writes_markdown_and_html(models, data_dir, tmp_path, capsys):

@@ -65,6 +65,10 @@ class Pair(Protocol):
     def cost(self, parts: Iterable[Part]) -> Cost:
         """What keeping ``parts`` from the original costs."""
 
+    def unchanged(self, part: Part) -> bool:
+        """The compression left ``part`` as it was: the same values, stored the same way, on both
+        sides (a hybrid taking it computes what its base computes)."""
+
     def hybrid(self, base: str, taken: Sequence[Part], label: str) -> ContextManager[Backend]:
         """A backend reading ``base`` (ORIGINAL or CANDIDATE) with ``taken`` from the other side,
         named ``label``; the models are as they were again when the context ends."""
@@ -218,6 +222,13 @@ class StateDictPair:
 
     def cost(self, parts: Iterable[Part]) -> Cost:
         return cost(self.models[ORIGINAL], self.models[CANDIDATE], parts)
+
+    def unchanged(self, part: Part) -> bool:
+        import torch
+
+        mine, theirs = parameters(self.models[ORIGINAL]), parameters(self.models[CANDIDATE])
+        return all(mine[n].dtype == theirs[n].dtype and torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))
+                   for n in part.parameters)
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Backend]:

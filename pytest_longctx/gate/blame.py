@@ -12,9 +12,10 @@ those rows' items only, each part is measured in two directions:
   candidate's far drift appears, hybrid / candidate.
 
 Parts are ranked by restore share (the mean over the blamed rows). The fix set adds parts in
-that order, re-scoring the combined hybrid each step, until every blamed row's far drift is
-within its threshold (or no part left restores anything); the combined hybrid is then run through the gate on the whole
-selection (the verification: PASS or FAIL as the gate would say).
+that order, re-scoring the combined hybrid each step, until every blamed row passes (its far
+drift within its threshold and its other checks, accuracy among them), or no part left restores
+anything; the combined hybrid is then run through the gate on the whole selection (the
+verification: PASS or FAIL as the gate would say).
 
 The flow is the same for every backend: it asks a ``backends.parts.Pair`` for the parts, their
 cost, a backend reading each hybrid, and the recipe of the fix set (transformers: state-dict
@@ -37,7 +38,6 @@ from pytest_longctx.gate.losses import losses
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, cell_key, cells, evaluate, item_key
 from pytest_longctx.metrics.rows import row_specs
-from pytest_longctx.numbers import meets
 from pytest_longctx.progress import Progress, labelled
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, needed_fingerprints, score_items, score_sets
@@ -83,22 +83,20 @@ def threshold_arguments(thresholds: Thresholds, keys: Sequence[str]) -> list[str
 
 @dataclass(frozen=True)
 class RowState:
-    """A row's far drift (mean KL_K, nats) and far excess (far minus near or control) in one model."""
+    """A row's far drift (mean KL_K, nats), far excess (far minus near or control) and verdict in one model."""
 
     far: float | None
     excess: float | None
     threshold: float
-
-    @property
-    def within(self) -> bool:
-        return self.far is not None and meets(self.far, self.threshold, at_most=True)
+    passed: bool  # the row's check as the gate judges it: drift and accuracy
 
 
 def row_states(evaluation: Evaluation, rows: Sequence[str]) -> dict[str, RowState]:
-    found = {}
+    found, failing = {}, evaluation.failing_rows()
     for row in rows:
         drift = evaluation.drift.get(row)
-        found[row] = RowState(drift.far.kl, drift.difference, drift.threshold) if drift else RowState(None, None, 0.0)
+        figures = (drift.far.kl, drift.difference, drift.threshold) if drift else (None, None, 0.0)
+        found[row] = RowState(*figures, passed=row not in failing)
     return found
 
 
@@ -114,6 +112,7 @@ class PartBlame:
     cost: Cost
     restore: dict[str, RowState] = field(default_factory=dict)
     damage: dict[str, RowState] = field(default_factory=dict)
+    unchanged: bool = False  # the compression left it as it was: its hybrids are the candidate and the original
 
 
 @dataclass
@@ -129,11 +128,12 @@ class Blame:
     parts: list[PartBlame] = field(default_factory=list)  # ranked by restore share, largest first
     fix_set: list[str] = field(default_factory=list)
     fix_steps: list[dict[str, RowState]] = field(default_factory=list)  # the rows after each part added
-    fixed: bool = False  # every blamed row's far drift within its threshold with the fix set
+    fixed: bool = False  # every blamed row passes with the fix set
     fix_cost: Cost | None = None
     recipe: list[str] = field(default_factory=list)  # how to make the fix set with the backend's own tools
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
+    hybrids: int = 0  # the models scored on the blamed rows' items (parts, fix set steps, the original once if needed)
 
     def restore_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
         before, after = getattr(self.candidate[row], figure), getattr(part.restore[row], figure)
@@ -159,7 +159,7 @@ class Blame:
         return {
             "reference": self.reference, "model": self.model, "granularity": self.granularity, "passed": self.passed,
             "rows": self.rows, "candidate": state(self.candidate), "notes": self.notes,
-            "parts": [{"part": p.part.name, "rank": n + 1, "score": self.score(p), "cost": asdict(p.cost),
+            "parts": [{"part": p.part.name, "rank": n + 1, "score": self.score(p), "cost": asdict(p.cost), "unchanged": p.unchanged,
                        "restore": state(p.restore), "damage": state(p.damage),
                        "shares": {row: {"restore_far": self.restore_share(p, row),
                                         "restore_excess": self.restore_share(p, row, "excess"),
@@ -169,7 +169,7 @@ class Blame:
                       for n, p in enumerate(self.parts)],
             "fix_set": {"parts": self.fix_set, "fixed": self.fixed, "steps": [state(s) for s in self.fix_steps],
                         "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe},
-            "verification": self.verification,
+            "verification": self.verification, "hybrids": self.hybrids,
         }
 
 
@@ -278,16 +278,21 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     found.rows = choose_rows(evaluation, rows, where)
     found.candidate = row_states(evaluation, found.rows)
     scorer = Scorer(pair, _rows_items(dataset, evaluation, found.rows), baseline, mode, thresholds, found.rows, progress)
-    total = 2 * len(chosen)
+    found.parts = [PartBlame(part, pair.cost([part]), unchanged=pair.unchanged(part)) for part in chosen]
+    changed = [entry for entry in found.parts if not entry.unchanged]
     for direction, base in ((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL)):
-        for part in chosen:
-            entry = next((p for p in found.parts if p.part is part), None)
-            if entry is None:
-                entry = PartBlame(part, pair.cost([part]))
-                found.parts.append(entry)
-            getattr(entry, direction).update(scorer(base, [part], f"{scorer.runs + 1}/{total} {direction} {part.name}"))
+        for entry in changed:
+            label = f"{scorer.runs + 1}/{2 * len(changed)} {direction} {entry.part.name}"
+            getattr(entry, direction).update(scorer(base, [entry.part], label))
+    if len(changed) < len(found.parts):  # restoring such a part reads as the candidate, damaging with it as the original
+        original = scorer(ORIGINAL, [], "the original, for the parts the compression left unchanged")
+        for entry in found.parts:
+            if entry.unchanged:
+                entry.restore.update(found.candidate)
+                entry.damage.update(original)
     found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
     _fix(found, scorer, thresholds, dataset, baseline, baseline_sets, verify)
+    found.hybrids = scorer.runs
     return found
 
 
@@ -297,20 +302,20 @@ def _fix(found: Blame, scorer: Scorer, thresholds: Thresholds, dataset: Dataset,
     states = found.candidate
     kept: list[Part] = []
     for entry in found.parts:
-        if all(s.within for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
+        if all(s.passed for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
             break
         kept.append(entry.part)
         found.fix_set.append(entry.part.name)
         states = scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
         found.fix_steps.append(states)
-    found.fixed = all(s.within for s in states.values())
+    found.fixed = all(s.passed for s in states.values())
     if not found.fix_set:
-        found.notes.append("the blamed rows' far drift is within their thresholds already (they fail on other "
-                           "checks): no part to keep")
+        found.notes.append("no part measured restores any of the far drift: the damage lies in parts not measured "
+                           "(--parts) or in how the parts interact")
     elif not found.fixed:
         found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
-                           "measured), a blamed row's far drift is still beyond its threshold: the rest of the damage "
-                           "lies in parts not measured (--parts) or in how the parts interact")
+                           "measured), a blamed row still fails: the rest of the damage lies in parts not measured "
+                           "(--parts) or in how the parts interact")
     found.fix_cost = scorer.pair.cost(kept)
     found.recipe = scorer.pair.recipe(kept) if kept else []
     if verify and found.fix_set:

@@ -50,7 +50,9 @@ class RowTable:
 def headline(found: Any) -> str:
     if found.passed:
         return f"nothing to blame: {found.model} passes against {found.reference}'s baseline"
-    return f"blame: {found.model} against {found.reference}, {len(found.parts)} parts at --granularity {found.granularity}"
+    same = sum(p.unchanged for p in found.parts)
+    left = f" ({same} left unchanged by the compression: not scored again)" if same else ""
+    return f"blame: {found.model} against {found.reference}, {len(found.parts)} parts at --granularity {found.granularity}{left}"
 
 
 def row_tables(found: Any) -> list[RowTable]:
@@ -60,7 +62,7 @@ def row_tables(found: Any) -> list[RowTable]:
         before = found.candidate[row]
         body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_n(p.restore[row].far)}", _share(found.restore_share(p, row)),
                  _share(found.restore_share(p, row, "excess")), _n(p.damage[row].far), _share(found.damage_share(p, row)),
-                 _count(p.cost.parameters), "differ" if found.differ(p, row) else ""]
+                 _count(p.cost.parameters), "unchanged" if p.unchanged else "differ" if found.differ(p, row) else ""]
                 for n, p in enumerate(found.parts)]
         found_rows.append(RowTable(row, f"far drift {_n(before.far)} (threshold {before.threshold:.3f}), "
                                         f"far excess {_n(before.excess)}", body))
@@ -72,7 +74,7 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
     lines: list[tuple[str, list[str]]] = []
     if found.fix_set:
         spent, after = found.fix_cost, found.fix_steps[-1]
-        state = "passes" if found.fixed else "does NOT bring every row within its threshold"
+        state = "passes" if found.fixed else "does NOT make every blamed row pass"
         details = [f"{row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
         details.append(f"cost: {_count(spent.parameters)} parameters, {_bytes(spent.original_bytes)} at the original's dtype "
                        f"({_bytes(spent.candidate_bytes)} at the candidate's)")

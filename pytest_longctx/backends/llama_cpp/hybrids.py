@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend, checked_file
@@ -147,6 +149,13 @@ class GGUFPair:
         mine, theirs = self.files[ORIGINAL].tensors, self.files[CANDIDATE].tensors
         return Cost(sum(int(mine[n].n_elements) for n in names), sum(int(mine[n].n_bytes) for n in names),
                     sum(int(theirs[n].n_bytes) for n in names))
+
+    def unchanged(self, part: Part) -> bool:
+        if part.name == KV_CACHE:
+            return not self.cache_differs
+        mine, theirs = self.files[ORIGINAL].tensors, self.files[CANDIDATE].tensors
+        return all(mine[n].tensor_type == theirs[n].tensor_type and np.array_equal(mine[n].data, theirs[n].data)
+                   for n in part.parameters)
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Any]:
