@@ -306,7 +306,8 @@ def _fix(found: Blame, scorer: Scorer, thresholds: Thresholds, dataset: Dataset,
             break
         kept.append(entry.part)
         found.fix_set.append(entry.part.name)
-        states = scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
+        # the first step is the part's own restore hybrid, scored already
+        states = entry.restore if len(kept) == 1 else scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
         found.fix_steps.append(states)
     found.fixed = all(s.passed for s in states.values())
     if not found.fix_set:
