@@ -39,6 +39,7 @@ class StandIn:
         self.answer_limit: int | None = None  # completions answered before the server goes down
         self.retokenize = False
         self.plain_tokens = False  # write tokens as text, not token_id:N (not a vLLM server)
+        self.cache_shift = 0  # added to the sampled id when the prefix cache served part of the prompt
         self.lock = threading.Lock()
 
     def completion(self, body: dict) -> tuple[int, dict]:
@@ -57,7 +58,7 @@ class StandIn:
         with torch.no_grad():
             logits = self.model(torch.tensor([list(prompt)]), logits_to_keep=1).logits[0, -1]
         logp = torch.log_softmax(logits.double(), dim=-1)
-        sampled = int(logp.argmax())
+        sampled = (int(logp.argmax()) + (self.cache_shift if cached else 0)) % VOCAB
         ids = body.get("logprob_token_ids") or [int(t) for t in torch.topk(logp, body["logprobs"]).indices] if body["logprobs"] else []
         name = (lambda t: f"tok{t}") if self.plain_tokens else (lambda t: f"token_id:{t}")
         read = list(prompt[:-1]) + [0] if self.retokenize else list(prompt)
@@ -274,6 +275,22 @@ def test_the_local_tokenizer_is_checked_against_the_servers(standin, qwen_tokeni
     with pytest.raises(LongctxError, match="tokenizes a check text into other ids than the server's tokenizer"):
         connect(standin, f"tokenizer={folder}")
     assert connect(standin).tokenizer is None
+
+
+def test_a_read_that_depends_on_the_prefix_cache_is_one_line_naming_the_causes_and_the_options(standin, model):
+    # the first request computes the prompt whole; the follow-up for the ids outside its top 16
+    # has its blocks from the cache, and this stand-in then samples another token (as W8A8 did)
+    standin.cache_shift = 1
+    ids = np.random.default_rng(1).integers(0, VOCAB, 100).tolist()
+    with pytest.raises(LongctxError) as raised:
+        connect(standin).read(ids, [99], [list(range(40))], top_k=16)
+    message = str(raised.value)
+    assert "\n" not in message and [len(p) for p in standin.prompts[-2:]] == [100, 100]
+    (top1,), _, _ = naive(model, ids, [99], [[]], 1)
+    assert f"different tokens ({', '.join(map(str, sorted({top1, (top1 + 1) % VOCAB})))}) for the same prompt" in message
+    for named in ("batch-variant kernel", "prefix cache", "max-num-seqs=1", "max-num-batched-tokens=32", "block-size=32",
+                  "--max-num-seqs 1 --max-num-batched-tokens 32 --block-size 32"):
+        assert named in message
 
 
 @pytest.mark.parametrize("options, message", [

@@ -68,7 +68,10 @@ def prediction(replies: Sequence[Reply], asked: Sequence[int], top_k: int, where
     sampled = {reply.sampled for reply in replies}
     if len(sampled) != 1:
         raise LongctxError(f"vLLM sampled different tokens ({', '.join(map(str, sorted(sampled)))}) for the same prompt {where}: "
-                           "greedy generation is not deterministic on this deployment (a batch-variant kernel?)")
+                           "greedy generation is not deterministic on this deployment (a batch-variant kernel, or kernels that compute "
+                           "a prompt otherwise when the prefix cache served part of it than whole): to compute every prompt in "
+                           "the same block-aligned steps, pass the engine options max-num-seqs=1, max-num-batched-tokens=32 and "
+                           "block-size=32 (--backend-option; a server: --max-num-seqs 1 --max-num-batched-tokens 32 --block-size 32)")
     merged: dict[int, float] = {}
     for reply in replies:
         merged.update(reply.logprobs)
