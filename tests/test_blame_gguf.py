@@ -94,14 +94,16 @@ def vocab():
 
 @pytest.fixture(scope="module")
 def files(vocab, tmp_path_factory):
-    """The original (F32) and the candidate: planted layers with heavy noise and stored as Q8_0."""
+    """The original (F32) and the candidate: planted layers with noise (a third of each tensor's spread: enough to
+    fail, not so much that one planted layer alone ruins the model and restoring the other changes nothing) and stored
+    as Q8_0."""
     folder = tmp_path_factory.mktemp("gguf")
     clean = tensors_of(vocab)
     damaged = dict(clean)
     rng = np.random.default_rng(7)
     planted = {f"blk.{n}.{m}.weight" for n in PLANTED for m in MATRICES}
     for name in planted:
-        damaged[name] = (clean[name] + rng.standard_normal(clean[name].shape) * clean[name].std()).astype(np.float32)
+        damaged[name] = (clean[name] + rng.standard_normal(clean[name].shape) * clean[name].std() / 3).astype(np.float32)
     return write_gguf(folder / "original.gguf", clean), write_gguf(folder / "candidate.gguf", damaged, planted)
 
 
