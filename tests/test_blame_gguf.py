@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import blame_pair
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
 
 HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 4
@@ -182,8 +185,10 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     assert (found.fix_cost.parameters, found.fix_cost.original_bytes, found.fix_cost.candidate_bytes) == (
         matrices + norms, 4 * (matrices + norms), matrices // 32 * 34 + 4 * norms)
     stems = "|".join(MATRICES)
+    # the candidate holds each matrix kind at two types (the planted layers Q8_0, the rest F32): the rest are pinned
     assert found.recipe == ["llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\"
                                                     for n in (int(name[-1]) for name in found.fix_set)),
+                            *(f"  --tensor-type '^blk\\.(0|2)\\.{m}\\.weight$=f32' \\" for m in MATRICES),
                             "  original.gguf fixed.gguf Q8_0"]
     pattern = found.recipe[1].split("'")[1].rsplit("=", 1)[0]
     every = list(GGUFFile(files[0], "--model", "x").tensors)
@@ -191,33 +196,37 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     assert [n for n in every if re.search(pattern, n)] == [f"blk.{layer}.{m}.weight" for m in MATRICES]
 
 
-def quantized_with(source, target, file_type: str, recipe: list[str]) -> None:
-    """``source`` quantized by llama.cpp's own quantizer (what llama-quantize runs) with the
-    recipe's ``--tensor-type PATTERN=TYPE`` overrides."""
-    import ctypes
+def quantized_with(source, target, file_type: str, recipe: list[str] = ()) -> None:
+    """``source`` quantized by llama.cpp's own quantizer (what llama-quantize runs), with the
+    overrides of ``recipe`` (a printed llama-quantize command) read by the benchmark that makes
+    fix sets from blame's results (benchmarks/gguf_variants.py)."""
+    from gguf_variants import Recipe, quantize
 
-    import llama_cpp
-
-    overrides = [re.search(r"--tensor-type '(.+)=(\w+)'", line).groups() for line in recipe if "--tensor-type" in line]
-    table = (llama_cpp.llama_model_tensor_override * (len(overrides) + 1))()
-    for slot, (pattern, kind) in zip(table, overrides):
-        slot.pattern, slot.type = pattern.encode(), getattr(llama_cpp, f"GGML_TYPE_{kind.upper()}")
-    table[len(overrides)].pattern, table[len(overrides)].type = None, llama_cpp.GGML_TYPE_COUNT
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
-    params.nthread = 2
-    params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    assert llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), params) == 0
+    found = Recipe.parse(recipe) if recipe else None
+    assert found is None or (found.file_type, found.original) == (file_type, Path(source))
+    quantize(Path(source), target, file_type, 2, found.tensor_types if found else (), found is not None and found.requantize)
 
 
-def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, tmp_path):
-    quantized_with(files[0], tmp_path / "q8.gguf", "Q8_0", [])  # the candidate: the original as the quantizer makes it
-    pair = GGUFPair(str(files[0]), str(tmp_path / "q8.gguf"), (SETTINGS, SETTINGS), names=(str(files[0]), "q8.gguf"))
-    kept = select_parts(pair.parts("block"), ["layer.1.attn", "layer.2.mlp", "lm_head"], "block")
+@pytest.mark.parametrize("file_type, granularity, kept_parts, pinned", [
+    ("Q8_0", "block", ["layer.1.attn", "layer.2.mlp", "lm_head"], 0),
+    # a mix: the quantizer gives attn_v and ffn_down more bits in layers 0 and 2 of 4, counting as it goes;
+    # keeping layer 1 would move the extra bits to layer 3 unless the recipe pins those tensors
+    ("Q4_K_M", "layer", ["layer.1"], 4)])
+def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, tmp_path, file_type, granularity, kept_parts,
+                                                                         pinned):
+    quantized_with(files[0], tmp_path / "candidate.gguf", file_type)  # the original as the quantizer makes it
+    pair = GGUFPair(str(files[0]), str(tmp_path / "candidate.gguf"), (SETTINGS, SETTINGS), names=(str(files[0]), "c.gguf"))
+    candidate = GGUFFile(tmp_path / "candidate.gguf", "--model", "c")
+    assert (len({candidate.type_of(f"blk.{n}.attn_v.weight") for n in range(LAYERS)}) > 1) == (pinned > 0)
+    kept = select_parts(pair.parts(granularity), kept_parts, granularity)
     recipe = pair.recipe(kept)
-    assert len([line for line in recipe if "--tensor-type" in line]) == 3 and recipe[-1].endswith("fixed.gguf Q8_0")
-    quantized_with(files[0], tmp_path / "fixed.gguf", "Q8_0", recipe)
-    original, candidate = GGUFFile(files[0], "--reference", "o"), GGUFFile(tmp_path / "q8.gguf", "--model", "c")
+    overrides = [line for line in recipe if "--tensor-type" in line]
+    assert len(overrides) == len(kept) + pinned and recipe[-1].endswith(f"fixed.gguf {file_type}")
+    for line in overrides[len(kept):]:  # the pins: the kinds chosen by position, outside the kept layer
+        matched = [n for n in candidate.tensors if re.search(line.split("'")[1].rsplit("=", 1)[0], n)]
+        assert matched and all(re.fullmatch(r"blk\.[023]\.(attn_v|ffn_down)\.weight", n) for n in matched), line
+    quantized_with(files[0], tmp_path / "fixed.gguf", file_type, recipe)
+    original = GGUFFile(files[0], "--reference", "o")
     write_hybrid(candidate, original, {n for p in kept for n in p.parameters}, tmp_path / "hybrid.gguf")
     fixed, hybrid = (GGUFFile(tmp_path / f, "--model", f) for f in ("fixed.gguf", "hybrid.gguf"))
     assert list(fixed.tensors) == list(hybrid.tensors)
@@ -225,7 +234,7 @@ def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, t
         theirs = hybrid.tensors[name]
         assert tensor.tensor_type == theirs.tensor_type, name
         assert np.asarray(tensor.data).tobytes() == np.asarray(theirs.data).tobytes(), name
-    assert fixed.type_of("blk.1.attn_q.weight") == "F32" and fixed.type_of("blk.2.attn_q.weight") == "Q8_0"
+    assert fixed.type_of("blk.1.attn_q.weight") == "F32" and fixed.type_of("blk.3.attn_q.weight") != "F32"
 
 
 def test_a_tensor_pattern_matches_exactly_its_names():

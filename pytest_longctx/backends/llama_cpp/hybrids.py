@@ -177,16 +177,36 @@ class GGUFPair:
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """The ``llama-quantize`` command that makes the candidate with ``kept`` at the original's
         types (``recipe.py``), and the original's cache types when the KV cache is kept."""
-        mine = self.files[ORIGINAL]
+        mine, theirs = self.files[ORIGINAL], self.files[CANDIDATE]
         matrices = {p.name: [(n, mine.type_of(n)) for n in p.parameters if len(mine.tensors[n].shape) > 1] for p in kept}
+        matrices = {name: found for name, found in matrices.items() if found}
         requantize = any(mine.type_of(n) not in FULL_PRECISION for n in mine.tensors)
-        lines = quantize_arguments({name: found for name, found in matrices.items() if found},
-                                   self.files[CANDIDATE].file_type_name(), self.names[0], requantize)
+        lines = quantize_arguments(matrices | self._pinned({n for found in matrices.values() for n, _ in found}),
+                                   theirs.file_type_name(), self.names[0], requantize)
         if any(p.name == KV_CACHE for p in kept):
             settings = self.settings[ORIGINAL]
             lines.append(f"and run it with the original's KV cache: --cache-type-k {settings.cache_type_k} "
                          f"--cache-type-v {settings.cache_type_v}")
         return lines
+
+
+    def _pinned(self, kept: set[str]) -> dict[str, list[tuple[str, str]]]:
+        """The candidate's own types, for the tensors outside ``kept`` whose type the quantizer
+        chooses by position. A mix such as Q4_K_M gives some layers' ``attn_v`` and ``ffn_down``
+        more bits, counting those tensors as it goes; a tensor given its type by ``--tensor-type``
+        is not counted, so keeping one layer would move the choice of every later layer
+        (SmolLM2's Q4_K_M with layer 18 kept: layers 20 to 26 swapped Q8_0 and Q5_0). Each
+        tensor kind the candidate holds at more than one type is therefore pinned, outside the
+        kept tensors, at the candidate's types; a kind held at one type is the same wherever the
+        count lands."""
+        theirs = self.files[CANDIDATE]
+        kinds: dict[str, list[str]] = {}
+        for name, tensor in theirs.tensors.items():
+            if len(tensor.shape) > 1:
+                kinds.setdefault(LAYER.sub(lambda m: f"blk.N.{m['stem']}.", name), []).append(name)
+        return {f"pinned {kind}": [(n, theirs.type_of(n)) for n in names if n not in kept]
+                for kind, names in kinds.items()
+                if kept and len({theirs.type_of(n) for n in names}) > 1 and any(n not in kept for n in names)}
 
 
 def load_pair(reference: str, model: str, options: Sequence[str] = (), reference_options: Sequence[str] = ()) -> GGUFPair:
