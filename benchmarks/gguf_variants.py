@@ -29,6 +29,12 @@ parameters (read with the ``gguf`` package's ``GGUFReader``), and writes that li
 
 (and F32 0.03 % in each: the norms). Only the feed-forward down projections (1,536 wide)
 take a K-quant: the "Q2_K" file holds no 2-bit tensor.
+
+    python benchmarks/gguf_variants.py --out variants --fixed-by blame.json
+
+instead makes the fix set of a ``longctx blame --backend llama.cpp --out blame.json``: its
+``llama-quantize`` command (``fix_set.recipe``) run through llama-cpp-python's quantizer,
+for where the ``llama-quantize`` tool is not installed.
 """
 from __future__ import annotations
 
