@@ -167,6 +167,14 @@ def test_every_part_taken_back_is_the_original_and_none_the_candidate(pair, file
             assert reads(backend, dataset) == expected
 
 
+def pins(kept: list[str]) -> list[str]:
+    """The recipe's pins for the ``files`` pair with the layers ``kept``: the candidate holds each matrix kind at two
+    types (the planted layers Q8_0, the rest F32), so the layers not kept are pinned at theirs, F32 first."""
+    others = [n for n in range(LAYERS) if f"layer.{n}" not in kept]
+    return [f"  --tensor-type '{tensor_pattern([f'blk.{n}.{m}.weight' for n in others if (n in PLANTED) == hard])}="
+            f"{'q8_0' if hard else 'f32'}' \\" for m in MATRICES for hard in (False, True) if any((n in PLANTED) == hard for n in others)]
+
+
 def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, files, dataset):
     found = blame_pair(pair, dataset, None, progress=False)
     assert not found.passed and found.rows
@@ -190,13 +198,9 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     assert (found.fix_cost.parameters, found.fix_cost.original_bytes, found.fix_cost.candidate_bytes) == (
         matrices + norms, 4 * (matrices + norms), matrices // 32 * 34 + 4 * norms)
     stems = "|".join(MATRICES)
-    # the candidate holds each matrix kind at two types (the planted layers Q8_0, the rest F32): the rest are pinned
-    others = [n for n in range(LAYERS) if f"layer.{n}" not in found.fix_set]
-    pins = [f"  --tensor-type '{tensor_pattern([f'blk.{n}.{m}.weight' for n in others if (n in PLANTED) == hard])}="
-            f"{'q8_0' if hard else 'f32'}' \\" for m in MATRICES for hard in (False, True) if any((n in PLANTED) == hard for n in others)]
     assert found.recipe == ["llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\"
                                                     for n in (int(name[-1]) for name in found.fix_set)),
-                            *pins, "  original.gguf fixed.gguf Q8_0"]
+                            *pins(found.fix_set), "  original.gguf fixed.gguf Q8_0"]
     pattern = found.recipe[1].split("'")[1].rsplit("=", 1)[0]
     every = list(GGUFFile(files[0], "--model", "x").tensors)
     layer = found.fix_set[0][-1]

@@ -11,11 +11,10 @@ import pytest
 from conftest import needs, needs_smollm2, tiny_qwen3
 from itemkit import write_split
 from test_blame import damaged
-from test_blame_gguf import MATRICES, PLANTED, SETTINGS, files, vocab  # noqa: F401  # the GGUF files and their fixtures
+from test_blame_gguf import MATRICES, SETTINGS, files, pins, vocab  # noqa: F401  # the GGUF files and their fixtures
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
-from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
 from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.cli.main import build_parser, main
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
@@ -194,11 +193,8 @@ def test_a_failing_llama_cpp_gate_blames_its_gguf_files(pytester, data_dir, tmp_
     assert kept[0] == first and set(kept) <= {"layer.1", "layer.3"}
     start = lines.index("the fix set, made from the original by llama.cpp's quantizer:")
     stems = "|".join(MATRICES)
-    # then the layers not kept pinned at the candidate's types (each matrix kind is held at two: F32 and Q8_0)
-    others = [n for n in range(4) if f"layer.{n}" not in kept]
-    pins = [f"  --tensor-type '{tensor_pattern([f'blk.{n}.{m}.weight' for n in others if (n in PLANTED) == planted])}="
-            f"{'q8_0' if planted else 'f32'}' \\" for m in MATRICES for planted in (False, True)
-            if any((n in PLANTED) == planted for n in others)]
-    assert lines[start + 1:start + 3 + len(kept) + len(pins)] == [  # the kept parts in the fix set's order
+    # the kept parts in the fix set's order, then the layers not kept pinned at the candidate's types
+    pinned = pins(kept)
+    assert lines[start + 1:start + 3 + len(kept) + len(pinned)] == [
         "llama-quantize \\", *(f"  --tensor-type '^blk\\.{p[-1]}\\.({stems})\\.weight$=f32' \\" for p in kept),
-        *pins, f"  {made[0]} fixed.gguf Q8_0"]
+        *pinned, f"  {made[0]} fixed.gguf Q8_0"]

@@ -189,7 +189,6 @@ class GGUFPair:
                          f"--cache-type-v {settings.cache_type_v}")
         return lines
 
-
     def _pinned(self, kept: set[str]) -> dict[str, list[tuple[str, str]]]:
         """The candidate's own types, for the tensors outside ``kept`` whose type the quantizer
         chooses by position. A mix such as Q4_K_M gives some layers' ``attn_v`` and ``ffn_down``
