@@ -18,6 +18,21 @@ class NotANumber(ValueError):
     """The value is not a number at all (rather than one out of range)."""
 
 
+def refuse_blank(values: dict[str, Any]) -> None:
+    """Refuse, in one line naming them, the options of ``values`` (``{flag: value}``) given a value
+    that is empty or only spaces, as an unset ``$MODEL`` in a CI job gives ``--model=``. Such a
+    value never means "not given": a gate that read it so would pass a model it never judged.
+    Each value of a repeatable option (a list) is looked at."""
+    def blank(value: Any) -> bool:
+        return isinstance(value, str) and not value.strip()
+
+    flags = [flag for flag, value in values.items()
+             if blank(value) or (isinstance(value, (list, tuple)) and any(map(blank, value)))]
+    if flags:
+        raise LongctxError(f"{', '.join(flags)}: the value is empty (as \"$VAR\" gives when VAR is unset, e.g. in a "
+                           "CI job); give a value, or leave the option out")
+
+
 def comma_list(text: str) -> list[str]:
     """The items of a comma-separated list, stripped; empty items left out. A list of
     nothing (``""``, ``","``) is a ``ValueError``: it would silently mean "all"."""

@@ -126,3 +126,36 @@ def test_an_empty_list_option_is_an_error_not_all(data_dir, capsys):
     assert "--lengths: expected a comma-separated list, e.g. 2k,8k" in capsys.readouterr().err
     assert main(["build", "--out", "unused", "--lengths", ","]) == 2
     assert capsys.readouterr().err.strip() == "longctx: error: --lengths ,: expected a comma-separated list, e.g. 2k,8k"
+
+
+EMPTY = "the value is empty (as \"$VAR\" gives when VAR is unset, e.g. in a CI job); give a value, or leave the option out"
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--longctx-model="], "--longctx-model"),
+    (["--longctx-model", "  "], "--longctx-model"),
+    (["--longctx-model=smollm2-135m", "--longctx-baseline="], "--longctx-baseline"),
+    (["--longctx-compressor="], "--longctx-compressor"),
+    (["--longctx-model=smollm2-135m", "--longctx-blame", "--longctx-blame-reference="], "--longctx-blame-reference"),
+])
+def test_an_empty_model_or_baseline_option_is_a_usage_error_not_a_vanished_gate(args, named, tmp_path):
+    """``--longctx-model="$MODEL"`` with MODEL unset: the gate's tests must not vanish while the
+    rest of the suite passes green."""
+    (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
+    for only in ([], ["--longctx-only"]):
+        done = pytest_run(tmp_path, *only, *args)
+        assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+        assert done.stderr.strip() == f"ERROR: {named}: {EMPTY}"
+        assert "passed" not in done.stdout
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["score", "--model", ""], "--model"),
+    (["score", "--model", "m", "--save_scores", " "], "--save_scores"),
+    (["compare", "", "results.json"], "BASELINE"),
+    (["blame", "--reference", "r", "--model", "", "--baseline", "b"], "--model"),
+    (["score", "--model", "m", "--backend-option", "dtype=x", "--backend-option", ""], "--backend-option"),
+])
+def test_an_empty_value_of_a_command_option_is_one_line(argv, named, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"longctx: error: {named}: {EMPTY}"

@@ -6,6 +6,7 @@ import sys
 
 from pytest_longctx.cli import blame, build, compare, compress_bench, score
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.parse import refuse_blank
 from pytest_longctx.reports.format import visible
 
 
@@ -19,9 +20,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, object]:
+    """The chosen subcommand's options and arguments by their first spelling, with the values parsed."""
+    command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    return {(action.option_strings or [action.metavar or action.dest.upper()])[0]: getattr(args, action.dest, None)
+            for action in command._actions if action.dest not in ("help", "run")}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        refuse_blank(given(parser, args))
         return int(args.run(args) or 0)
     except LongctxError as exc:
         print(f"longctx: error: {visible(str(exc))}", file=sys.stderr)  # one line, whatever an id in it holds

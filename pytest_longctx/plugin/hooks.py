@@ -16,8 +16,9 @@ from _pytest.junitxml import xml_key
 
 from pytest_longctx.backends.registry import load
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import GateOptions, add_options, read_options
+from pytest_longctx.gate.options import OPTIONS, GateOptions, add_options, read_options
 from pytest_longctx.gate.session import Case, GateSession
+from pytest_longctx.parse import refuse_blank
 from pytest_longctx.reports.format import visible
 
 
@@ -120,6 +121,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    given = {option.flag: config.getoption(option.dest, None) for option in OPTIONS}
+    given["--longctx-blame-reference"] = config.getoption("longctx_blame_reference", None)
+    try:
+        refuse_blank(given)  # before "no model, nothing to do": --longctx-model= must not make the gate vanish
+    except LongctxError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if not (config.getoption("longctx_model", None) or config.getoption("longctx_compressor", None)):
         if config.getoption("longctx_knob", None):
             raise pytest.UsageError("--longctx-knob: knobs set a context compressor's parameters; name the compressor "
