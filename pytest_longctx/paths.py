@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import threading
 from pathlib import Path
 from typing import Callable, Iterable
@@ -33,22 +34,48 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     the old content or the new, never a part. A symbolic link is written through: the
     link stays, its target gets the new content. The parent folder is made when missing;
     the temporary sibling is removed when ``write`` fails, and on SIGTERM (which then ends
-    the process as it would have)."""
+    the process as it would have). A file that is already there keeps its permission bits; a
+    read-only one (no write bit, e.g. 0444) is refused, not replaced. A folder is made once: when ``path`` is already a folder
+    (another process made it meanwhile), that folder stands and this one is dropped."""
     path = Path(path)
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    kept_mode = _file_mode(target)
+    if kept_mode is not None and not kept_mode & 0o222:
+        raise LongctxError(f"{path}: {read_only(kept_mode)}")
     _remove(partial)  # left over by an interrupted run with the same process id
     restore = _remove_on_sigterm(partial)
     try:
         write(partial)
-        os.replace(partial, target)
+        if partial.is_dir() and target.is_dir():
+            # another process made the folder while this one wrote it (pytest -n 2 converting one model
+            # in each worker): a folder only ever appears whole, in one rename, so it is complete
+            # and stands; os.replace cannot put a folder onto a folder that is not empty anyway
+            _remove(partial)
+        else:
+            if kept_mode is not None:
+                os.chmod(partial, kept_mode)  # the file replaced keeps its permissions (0600 stays 0600)
+            os.replace(partial, target)
     except BaseException:
         _remove(partial)
         raise
     finally:
         restore()
     return path
+
+
+def _file_mode(path: Path) -> int | None:
+    """The permission bits of ``path`` when it is a regular file (through links), else None."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
+
+
+def read_only(mode: int) -> str:
+    return f"the file is read-only, mode {mode:04o}, so it is not replaced: chmod u+w it to replace it"
 
 
 def _remove_on_sigterm(partial: Path) -> Callable[[], None]:
@@ -78,6 +105,9 @@ def unwritable(path: str | os.PathLike, folder: bool = False) -> str | None:
     path = Path(path).expanduser()
     if path.is_dir() and not folder:
         return "it is a folder"
+    mode = None if folder else _file_mode(path)
+    if mode is not None and not mode & 0o222:  # permission bits, not access(): root may write anything
+        return read_only(mode)
     if folder and path.exists() and not path.is_dir():
         return "it is a file, not a folder"
     existing = path if folder and path.is_dir() else path.parent

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ from itemkit import build_rows, write_split
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
 from pytest_longctx.cli import score as score_command
+from pytest_longctx.paths import write_atomically
 from pytest_longctx.plugin import fixtures
 from pytest_longctx.scoring.scores_file import load_scores
 
@@ -187,6 +189,73 @@ def test_narrow_baseline_without_an_update_is_a_usage_error(pytester, data, base
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert ("ERROR: --longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; give it with "
             "--longctx-update-baseline, or leave it out") in result.stderr.lines
+
+
+def test_save_scores_refuses_to_narrow_the_file_it_replaces(data, baseline, capsys):
+    """``longctx score --save_scores`` follows the plugin's rule: a 1-item selection onto the
+    16-item baseline is refused before any model loads, and written only when asked for."""
+    before = baseline.read_bytes()
+    narrow = ["score", "--model", MODEL, "--data", str(data), "--sets", "facts", "--lengths", "1k", "--limit", "1",
+              "--quiet", "--save_scores", str(baseline)]
+    assert main(narrow) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"longctx: error: --save_scores {baseline}: NOT written: this run would drop 15 of its 16 items (facts 1k: 1 of 2; "
+        "facts 2k: 2 of 2; rules_en: all 12 items); give --narrow-baseline to narrow it on purpose, or score the selection "
+        "it was made with (the same --sets, --lengths and --limit)"]
+    assert baseline.read_bytes() == before
+    assert main([*narrow, "--narrow-baseline"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"longctx: wrote {baseline}, narrowed on purpose (--narrow-baseline): it dropped 15 of its 16 items (facts 1k: 1 of 2; "
+        "facts 2k: 2 of 2; rules_en: all 12 items)")
+    assert keys(baseline) == {("facts", "1k", "f0")}
+
+
+def test_narrow_baseline_without_save_scores_is_an_error(data, capsys):
+    assert main(["score", "--model", MODEL, "--data", str(data), "--narrow-baseline", "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "longctx: error: --narrow-baseline: it lets --save_scores drop items of the file it replaces; give it with "
+        "--save_scores, or leave it out"]
+
+
+# ------------------------------------------------------------------ 3b: a file's permissions
+
+
+def test_a_read_only_baseline_is_refused_not_replaced(pytester, data, baseline, capsys):
+    before = baseline.read_bytes()
+    baseline.chmod(0o444)
+    refusal = ("cannot be written (the file is read-only, mode 0444, so it is not replaced: chmod u+w it to replace it); "
+               "give a path in a writable folder")
+    result = update(pytester, data, baseline)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: --longctx-baseline {baseline}: {refusal}" in result.stderr.lines
+    capsys.readouterr()
+    assert main(["score", "--model", MODEL, "--data", str(data), "--quiet", "--save_scores", str(baseline)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"longctx: error: --save_scores {baseline}: {refusal}"]
+    assert baseline.read_bytes() == before and stat.S_IMODE(baseline.stat().st_mode) == 0o444
+
+
+def test_a_replaced_baseline_keeps_its_permissions(pytester, data, baseline):
+    baseline.chmod(0o640)
+    inode = baseline.stat().st_ino
+    result = update(pytester, data, baseline)
+    assert result.ret == pytest.ExitCode.OK, result.outlines[-20:]
+    assert baseline.stat().st_ino != inode and stat.S_IMODE(baseline.stat().st_mode) == 0o640
+
+
+def test_a_folder_made_meanwhile_by_another_process_stands(tmp_path):
+    """Two processes converting one model at once (``pytest -n 2`` on an empty cache): the second
+    finds the first's complete folder where its own would go; that is success, not an OSError."""
+    target = tmp_path / "models" / "converted"
+
+    def write(partial: Path) -> None:
+        partial.mkdir()
+        (partial / "config.json").write_text("this process")
+        target.mkdir(parents=True)  # the other worker's rename lands first
+        (target / "config.json").write_text("the other process")
+
+    assert write_atomically(target, write) == target
+    assert (target / "config.json").read_text() == "the other process"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["converted"]  # no temporary folder left
 
 
 # ------------------------------------------------------------------ 4: no output is the baseline's file

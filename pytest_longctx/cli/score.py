@@ -3,17 +3,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.cli.args import add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
+from pytest_longctx.data.records import ItemKey
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.rules import COUNT_NATS
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import require_finite, score_sets
-from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable, load_scores
+from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable, dropped_items, load_scores
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="the first N items of each config and length")
     p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (docs/metrics.md#tokenization-modes)")
     p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
+    p.add_argument("--narrow-baseline", action="store_true",
+                   help="with --save_scores: let the file written hold fewer items, lengths or configs than the one it "
+                   "replaces (refused by default)")
     p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
                    help="the reference model's saved scores: the rules effects are measured against it")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
@@ -40,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
+    selected = {(config, length, item.id) for config, length, item in dataset.items()}
+    narrowed = _narrowing(args, selected.__contains__)  # before the model loads: nothing is scored in vain
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                       args.trust_remote_code)
@@ -55,6 +63,27 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_json(args.out, results.to_json())
     if args.save_scores:
+        scored = {(config, length, item_id) for config, length, item_id, _ in results.scores.items()}
+        narrowed = _narrowing(args, scored.__contains__) or narrowed
         check_judgeable(results.scores, f"--save_scores {args.save_scores}: NOT written", UNJUDGEABLE).save(args.save_scores)
+        if narrowed:
+            print(f"longctx: wrote {args.save_scores}, narrowed on purpose (--narrow-baseline): it dropped {narrowed}",
+                  file=sys.stderr)
     require_finite(results)
     return 0
+
+
+def _narrowing(args: argparse.Namespace, kept: Callable[[ItemKey], bool]) -> str | None:
+    """What writing ``--save_scores`` would drop of the file there (None: nothing); refused
+    unless ``--narrow-baseline``, as the plugin refuses an update that narrows its baseline."""
+    if not args.save_scores:
+        if args.narrow_baseline:
+            raise LongctxError("--narrow-baseline: it lets --save_scores drop items of the file it replaces; give it "
+                               "with --save_scores, or leave it out")
+        return None
+    dropped = dropped_items(args.save_scores, kept)
+    if dropped and not args.narrow_baseline:
+        raise LongctxError(f"--save_scores {args.save_scores}: NOT written: this run would drop {dropped}; give "
+                           "--narrow-baseline to narrow it on purpose, or score the selection it was made with (the same "
+                           "--sets, --lengths and --limit)")
+    return dropped

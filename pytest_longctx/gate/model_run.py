@@ -27,7 +27,14 @@ from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.modes import choose_mode
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
-from pytest_longctx.scoring.scores_file import ScoresFile, advisory_differences, check_fits, load_scores, scores_from_json
+from pytest_longctx.scoring.scores_file import (
+    ScoresFile,
+    advisory_differences,
+    check_fits,
+    dropped_items,
+    load_scores,
+    scores_from_json,
+)
 
 
 def dtype_note(baseline_meta: dict[str, Any], meta: dict[str, Any]) -> str | None:
@@ -292,39 +299,12 @@ class GateRun:
             return stopped or self.failure, None
         if not any(True for _ in self.scores.items()):
             return "nothing was scored", None
-        dropped = self._dropped_from_baseline()
+        dropped = dropped_items(self.baseline_path, self._is_scored) if self.baseline_path is not None else None
         if dropped and not self.options.narrow_baseline:
             return (f"this run would drop {dropped}; give --longctx-narrow-baseline to narrow it on purpose, or update "
                     "it with the selection it was made with (no -k, the same --longctx-sets, --longctx-lengths and "
                     "--longctx-limit)"), None
         return None, dropped
-
-    def _dropped_from_baseline(self) -> str | None:
-        """What of the baseline on disk the run's scores lack, by config and length; None
-        when nothing (or when there is no readable baseline to lose)."""
-        if self.baseline_path is None or not self.baseline_path.is_file():
-            return None
-        try:
-            old = [(c, n, i) for c, n, i, _ in load_scores(self.baseline_path, "baseline").items()]
-        except LongctxError:
-            return None  # a damaged baseline is what an update recreates
-        lost = [key for key in old if not self._is_scored(key)]
-        if not lost:
-            return None
-        held: dict[tuple[str, str], int] = {}
-        for config, length, _ in old:
-            held[config, length] = held.get((config, length), 0) + 1
-        gone: dict[tuple[str, str], int] = {}
-        for config, length, _ in lost:
-            gone[config, length] = gone.get((config, length), 0) + 1
-        parts = []
-        for config in dict.fromkeys(c for c, _ in gone):
-            lengths = [n for c, n in held if c == config]
-            if all(gone.get((config, n)) == held[config, n] for n in lengths):
-                parts.append(f"{config}: all {sum(held[config, n] for n in lengths)} items")
-            else:
-                parts.extend(f"{config} {n}: {gone[config, n]} of {held[config, n]}" for n in lengths if (config, n) in gone)
-        return f"{len(lost)} of its {len(old)} items ({'; '.join(parts)})"
 
     def baseline_file(self) -> ScoresFile:
         """The run's own scores as a baseline: raw scores plus its rows and sets."""

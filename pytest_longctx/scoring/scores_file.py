@@ -12,12 +12,13 @@ import math
 import os
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from pytest_longctx.data.records import RULES_CONFIGS
+from pytest_longctx.data.records import RULES_CONFIGS, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.drift import Block
 from pytest_longctx.metrics.raw import is_scored, values
@@ -190,6 +191,33 @@ def load_scores(path: str | os.PathLike, what: str = "reference scores") -> Scor
     (``check_judgeable``); anything else is one line naming the file, item and field, and the fix."""
     path = Path(path)
     return check_judgeable(checked_scores(read_json_file(path, what, RECREATE), path, what), f"{what} {path}", RECREATE)
+
+
+def dropped_items(path: str | os.PathLike, kept: Callable[[ItemKey], bool]) -> str | None:
+    """What of the scores file at ``path`` a file about to replace it lacks (``kept`` tells which
+    items it holds), by config and length, e.g. "14 of its 16 items (facts 2k: 2 of 2; rules_en:
+    all 12 items)"; None when nothing, or when there is no readable file to lose (a damaged one
+    is what a new one recreates). Every front end that writes a baseline refuses such a
+    narrowing unless it is asked for."""
+    if not Path(path).is_file():
+        return None
+    try:
+        old = [(c, n, i) for c, n, i, _ in load_scores(path, "baseline").items()]
+    except LongctxError:
+        return None
+    lost = [key for key in old if not kept(key)]
+    if not lost:
+        return None
+    held = Counter((config, length) for config, length, _ in old)
+    gone = Counter((config, length) for config, length, _ in lost)
+    parts = []
+    for config in dict.fromkeys(c for c, _ in gone):
+        lengths = [n for c, n in held if c == config]
+        if all(gone[config, n] == held[config, n] for n in lengths):
+            parts.append(f"{config}: all {sum(held[config, n] for n in lengths)} items")
+        else:
+            parts.extend(f"{config} {n}: {gone[config, n]} of {held[config, n]}" for n in lengths if (config, n) in gone)
+    return f"{len(lost)} of its {len(old)} items ({'; '.join(parts)})"
 
 
 def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:
