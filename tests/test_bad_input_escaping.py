@@ -167,6 +167,23 @@ def test_markdown_text_is_shown_literally_in_a_list_and_a_table(text):
     assert "".join(page.text).count(shown(text)) == 2
 
 
+# what GitHub acts on in rendered text, beyond markdown: references to issues and pull requests
+# (#123, owner/repo#7, GH-9), mentions, emoji shortcodes
+GITHUB_REFERENCE = re.compile(r"#[0-9]|(?<![A-Za-z0-9])GH-[0-9]|@[A-Za-z0-9]|:[A-Za-z0-9_+-]+:", re.IGNORECASE)
+
+
+@needs_cmarkgfm
+@pytest.mark.parametrize("text", ["see #123", "owner/repo#7", "GH-9 and gh-10", ":rocket: :+1:", "@someone", "a&#35;1",
+                                  "f#1:x:", "`#1`"])
+def test_markdown_text_makes_no_reference_mention_or_emoji(text):
+    from pytest_longctx.reports.format import markdown_text
+
+    page = rendered(f"- x {markdown_text(text)}\n\n| a | b |\n| --- | --- |\n| {markdown_text(text)} | y |\n")
+    assert "".join(page.text).count(text) == 2  # shown as it is
+    for piece in page.text:  # GitHub links and replaces within each piece of rendered text
+        assert not GITHUB_REFERENCE.search(piece), (text, piece)
+
+
 @needs_cmarkgfm
 def test_the_markdown_summary_and_the_step_summary_show_the_id_literally(gate):
     summary = gate.markdown.read_text()

@@ -18,9 +18,12 @@ NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # what GitHub-flavoured markdown acts on within a line: emphasis, code, links, images, raw
 # HTML, entities, strikethrough, table cells, math, autolinks (``http://``, ``www.``, e-mail)
 MARKDOWN = re.compile(r"[\\`*~|$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])|<(?=[A-Za-z/!?])"
-                      r"|&(?=[#A-Za-z0-9])|:(?=//)|(?<=[Ww]{3})\.|@(?=[A-Za-z0-9])")
-# an e-mail address is linked whatever is escaped in it: an empty comment, shown as nothing, parts it
-AT = "@<!-- -->"
+                      r"|&(?=[#A-Za-z0-9])|:(?=//)|(?<=[Ww]{3})\.")
+# GitHub links references in the rendered text (``#123``, ``owner/repo#7``, ``GH-9``, ``@user``) and
+# turns ``:rocket:`` into an emoji, whatever markdown escapes stand in it: an empty comment, shown
+# as nothing, cuts the text there into two pieces that neither pattern matches
+REFERENCE = re.compile(r"[#@](?=[A-Za-z0-9])|(?<![A-Za-z0-9])[Gg][Hh](?=-[0-9])|:(?=[A-Za-z0-9_+-]+:)")
+CUT = "<!-- -->"
 
 
 def visible(text: str, keep: str = "") -> str:
@@ -31,8 +34,9 @@ def visible(text: str, keep: str = "") -> str:
 
 def markdown_text(text: str) -> str:
     """``text`` shown literally in markdown, on one line, after other text or in a table cell:
-    no emphasis, link, HTML tag or table cell of its own."""
-    return MARKDOWN.sub(lambda m: AT if m.group() == "@" else "\\" + m.group(), visible(text))
+    no emphasis, link, reference, emoji, HTML tag or table cell of its own."""
+    escaped = MARKDOWN.sub(lambda m: "\\" + m.group(), visible(text))
+    return REFERENCE.sub(lambda m: m.group() + CUT, escaped)
 
 
 def backticks(text: str, least: int = 1) -> str:
