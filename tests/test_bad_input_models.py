@@ -237,6 +237,21 @@ def test_ids_beyond_the_models_vocabulary_are_one_line_before_any_forward_pass(f
     assert "text mode" in message and Counting.calls == 0
 
 
+def test_a_text_mode_tokenizer_beyond_the_models_vocabulary_names_the_tokenizer(small_folder, qwen_tokenizer, data_dir,
+                                                                                  tmp_path, capsys):
+    """In text mode the ids are the tokenizer's own: the line must not say to use text mode."""
+    import shutil
+
+    folder = tmp_path / "cut-vocabulary"
+    shutil.copytree(small_folder, folder)
+    qwen_tokenizer.save_pretrained(folder)  # ids far beyond the model's VOCAB rows
+    assert main(["score", "--model", str(folder), "--mode", "text", "--data", str(data_dir), "--sets", "facts",
+                 "--lengths", "2k", "--quiet", "--cache-dir", "off"]) == 2
+    line = error_line(capsys)
+    assert f"beyond the model's vocabulary of {VOCAB} tokens: the text mode's tokenizer makes ids the model has no " in line
+    assert "load the model with the tokenizer it was trained with" in line and "score such a model in text mode" not in line
+
+
 # --------------------------------------------------------------- 4. dtype
 
 

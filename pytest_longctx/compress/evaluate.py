@@ -158,5 +158,5 @@ def read_answers(reader: Reader, compressed: Sequence[Compressed], progress: Cal
     get the answer's raw records (hits and log-probabilities, or why it is unaligned)."""
     done = [(c, c.messages) for c in compressed if c.messages is not None]
     plans = [session_reads(reader.tokenizer, FAITHFULNESS, c.split, c.item, [c.item.messages, messages]) for c, messages in done]
-    for (c, _), plan, scores in zip(done, plans, engine.run(reader.backend, plans, progress, cache=cache)):
+    for (c, _), plan, scores in zip(done, plans, engine.run(reader.backend, plans, progress, cache=cache, mode="text")):
         c.outcome["full"], c.outcome["compressed"] = item_records(plan, scores, top_k=0).targets

@@ -259,9 +259,10 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
     return tracker.done
 
 
-def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[[Request], str]) -> None:
+def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[[Request], str], mode: str) -> None:
     """Before any forward pass: one line when a token id fed or asked for is beyond the
-    backend's ``vocab_size`` (the model would fail with an index error, or read garbage)."""
+    backend's ``vocab_size`` (the model would fail with an index error, or read garbage), with
+    the fix for the ``mode`` the ids come from."""
     size = getattr(backend, "vocab_size", None)
     if not isinstance(size, int) or size <= 0:
         return
@@ -271,18 +272,22 @@ def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[
         if largest >= size:
             raise LongctxError(
                 f"item {named(request)} needs token id {largest}, beyond the model's vocabulary of {size} tokens: "
-                "the ids do not come from this model's tokenizer (ids mode feeds the data's stored Qwen3.5 ids; "
-                "score such a model in text mode, --longctx-mode text / --mode text, with its own tokenizer)")
+                + ("the ids do not come from this model's tokenizer (ids mode feeds the data's stored Qwen3.5 ids; "
+                   "score such a model in text mode, --longctx-mode text / --mode text, with its own tokenizer)"
+                   if mode == "ids" else
+                   "the text mode's tokenizer makes ids the model has no embedding for (a tokenizer of another model, "
+                   "or a model whose vocabulary was cut); load the model with the tokenizer it was trained with"))
 
 
 def run(
     backend: Backend, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
-    top_k: int = 0,
+    top_k: int = 0, mode: str = "ids",
 ) -> list[ItemReadScores]:
     """Scores of every read of every planned item (its targets, then its control reads).
     ``progress(items, tokens)`` makes the progress display once the work left is known;
     ``cache`` answers known requests; ``top_k``: also the most likely tokens at every read
-    (none from a backend whose ``read`` takes no ``top_k``: ``conforming``)."""
+    (none from a backend whose ``read`` takes no ``top_k``: ``conforming``); ``mode``: where the
+    plans' ids come from (the data's stored ids, or the model's tokenizer: ``text``)."""
     reader, top_k = conforming(backend, top_k)
     requests, where = collect(plans)
 
@@ -291,7 +296,7 @@ def run(
         others = len(request.items) - 1
         return f"{first.config}/{first.length}/{first.item.id}" + (f" (and {others} other item(s))" if others else "")
 
-    check_vocabulary(backend, requests, named)
+    check_vocabulary(backend, requests, named, mode)
     answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]

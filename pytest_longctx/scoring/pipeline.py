@@ -152,7 +152,8 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
-    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K)
+    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K,
+                             mode=mode)
     scores = ScoresFile(mode=mode, meta=meta)
     for plan, result in zip(plans, item_scores):
         key = (plan.config, plan.length, plan.item.id)
