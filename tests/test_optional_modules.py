@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import import_problem, needs
+from conftest import import_problem, needs, skip_unless
 
 TESTS = Path(__file__).parent
 
@@ -81,3 +81,16 @@ def test_with_every_extra_promised_a_missing_library_fails_instead_of_skipping(m
     monkeypatch.setenv("LONGCTX_TEST_ALL_EXTRAS", "1")
     with pytest.raises(pytest.fail.Exception, match="LONGCTX_TEST_ALL_EXTRAS=1 but no_such_library: ModuleNotFoundError"):
         needs("no_such_library", install="pip install it")
+
+
+def test_a_missing_program_skips_unless_every_extra_is_promised(monkeypatch):
+    """The browser test's chromium is keyed on LONGCTX_TEST_ALL_EXTRAS, as every library is (.ci/run sets
+    it and installs chromium; a run without chromium there must fail, not skip)."""
+    monkeypatch.delenv("LONGCTX_TEST_ALL_EXTRAS", raising=False)
+    monkeypatch.setenv("CI", "1")  # not what decides
+    with pytest.raises(pytest.skip.Exception, match=r"chromium: not installed \(apt-get install chromium\)"):
+        skip_unless("chromium: not installed", install="apt-get install chromium")
+    monkeypatch.setenv("LONGCTX_TEST_ALL_EXTRAS", "1")
+    with pytest.raises(pytest.fail.Exception, match="LONGCTX_TEST_ALL_EXTRAS=1 but chromium: not installed"):
+        skip_unless("chromium: not installed", install="apt-get install chromium")
+    skip_unless(None, install="apt-get install chromium")  # nothing missing: the test goes on

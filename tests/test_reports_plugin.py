@@ -12,7 +12,7 @@ from pathlib import Path
 
 import browser
 import pytest
-from conftest import needs
+from conftest import needs, skip_unless
 from reportkit import degraded_model, score_pair
 
 EARLIER = "## an earlier step\n\n"
@@ -130,10 +130,8 @@ class Page(HTMLParser):
 
 
 def chromium(tmp_path: Path, *args: str) -> str:
-    if browser.executable() is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    skip_unless("chromium: not installed" if browser.executable() is None else None,
+                install="Debian: apt-get install chromium; .ci/run installs it")
     return browser.chromium(tmp_path / "profile", *args)
 
 
