@@ -7,6 +7,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 from conftest import needs
 from test_plugin import _summary, baseline, models  # noqa: F401  (fixtures, reused)
@@ -50,6 +51,55 @@ def test_the_bootstrap_is_deterministic_under_its_seed(monkeypatch):
     assert uncertainty.difference(sample) != first  # it is the seed that fixes the resamples
 
 
+def numpy_bootstrap(items: list[tuple[float, float, float, float]], statistic, paired: bool = True, seed: int = 14,
+                    resamples: int = 2000) -> np.ndarray:
+    """A plain numpy bootstrap of ``statistic(model value, baseline value)`` over items
+    (numerator, denominator per side; a value is a ratio of sums), written without scipy: each
+    resample draws n item indices from ``default_rng(seed)``; paired, the model and the baseline
+    take the same items, unpaired each side draws its own."""
+    rows = np.asarray(items, dtype=float)  # [items, 4]
+    rng = np.random.default_rng(seed)
+    n = len(rows)
+    mine = rng.integers(0, n, (resamples, n))  # [resamples, items]
+    theirs = mine if paired else rng.integers(0, n, (resamples, n))
+    model = rows[mine, 0].sum(axis=1) / rows[mine, 1].sum(axis=1)
+    base = rows[theirs, 2].sum(axis=1) / rows[theirs, 3].sum(axis=1)
+    return statistic(model, base)  # [resamples]
+
+
+# items of unequal difficulty, the model a little below the baseline on each: the per-item
+# values vary far more than their paired differences, so pairing narrows the interval
+CORRELATED = [(9, 10, 10, 10), (4, 10, 5, 10), (1, 10, 2, 10), (7, 10, 7, 10), (2, 10, 3, 10), (8, 10, 9, 10),
+              (0, 10, 1, 10), (5, 10, 6, 10), (3, 10, 3, 10), (6, 10, 8, 10)]
+
+
+def test_the_interval_and_sd_are_a_plain_numpy_paired_bootstrap():
+    differences = numpy_bootstrap(CORRELATED, lambda model, base: model - base)
+    (low, high), sd = uncertainty.difference(Sample.of(CORRELATED))
+    assert (low, high) == pytest.approx((np.percentile(differences, 2.5), np.percentile(differences, 97.5)), abs=1e-12)
+    assert sd == pytest.approx(np.std(differences, ddof=1), rel=1e-12)
+
+
+def test_pairing_narrows_the_interval_as_an_unpaired_bootstrap_cannot():
+    (low, high), _ = uncertainty.difference(Sample.of(CORRELATED))
+    unpaired = numpy_bootstrap(CORRELATED, lambda model, base: model - base, paired=False)
+    unpaired_low, unpaired_high = np.percentile(unpaired, [2.5, 97.5])
+    # the paired interval lies below 0 (every item lost a little); an unpaired one spans 0, 4x as wide
+    assert high < 0 < unpaired_high and unpaired_high - unpaired_low > 4 * (high - low)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.2])
+def test_the_one_sided_bound_is_the_numpy_quantile_of_the_margin(alpha):
+    """Against the baseline less a drop of 0.05 (the threshold recomputed per resample), and
+    against a fixed threshold of 0.4 (at most: threshold - model)."""
+    relative = numpy_bootstrap(CORRELATED, lambda model, base: model - (base - 0.05))
+    assert uncertainty.upper_bound(Sample.of(CORRELATED), 0.0, 0.05, alpha) == pytest.approx(
+        np.percentile(relative, 100 * (1 - alpha)), abs=1e-12)
+    fixed = numpy_bootstrap(CORRELATED, lambda model, base: 0.4 - model)
+    assert uncertainty.upper_bound(Sample.of(CORRELATED), 0.4, None, alpha, at_most=True) == pytest.approx(
+        np.percentile(fixed, 100 * (1 - alpha)), abs=1e-12)
+
+
 def test_the_interval_contains_the_point_difference():
     model = {f"f{i}": [True, i % 3 != 0, i % 2 == 0, True, None] for i in range(8)}
     base = {f"f{i}": [True, True, i % 4 != 1, True, None] for i in range(8)}
@@ -57,10 +107,10 @@ def test_the_interval_contains_the_point_difference():
     point = verdict.model - verdict.baseline
     low, high = verdict.interval
     assert low <= point <= high and low < high and verdict.items == 8
-    assert verdict.mdd == pytest.approx(uncertainty.Z_DETECT * uncertainty.difference(
-        Sample.of((e["recalled"], e["scored"], b["recalled"], b["scored"]) for e, b in zip(
-            facts_sets(model)["facts"]["2k"]["per_item"].values(), facts_sets(base)["facts"]["2k"]["per_item"].values())))[1])
-    assert uncertainty.Z_DETECT == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+    items = [(sum(filter(None, m)), sum(h is not None for h in m), sum(filter(None, b)), sum(h is not None for h in b))
+             for m, b in zip(model.values(), base.values())]
+    differences = numpy_bootstrap(items, lambda m, b: m - b)
+    assert verdict.mdd == pytest.approx((1.959964 + 0.841621) * np.std(differences, ddof=1), rel=1e-5)
 
 
 def test_a_model_equal_to_its_baseline_has_an_interval_at_zero():
