@@ -6,6 +6,8 @@ import copy
 import io
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 from conftest import needs, tiny_qwen3
@@ -116,6 +118,41 @@ def test_the_options_carry_it_and_a_factory_that_cannot_take_it_says_so():
         load_backend("x", f"{__name__}:made", trust_remote_code=True)
 
 
+@pytest.fixture(scope="module")
+def builtin_type_own_code(custom_code, tmp_path_factory):
+    """(folder, marker): the custom_code folder, its config naming its own code (auto_map) under a
+    model_type transformers has built in (qwen3), which transformers would load without a word."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("builtin-type") / "own_code"
+    shutil.copytree(custom_code[0], folder)
+    marker = folder.parent / "RAN"
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "qwen3"
+    (folder / "config.json").write_text(json.dumps(config))
+    code = (folder / "modeling_custom.py").read_text().replace(str(custom_code[1]), str(marker))
+    (folder / "modeling_custom.py").write_text(code)
+    return str(folder), marker
+
+
+def test_own_code_under_a_model_type_transformers_knows_is_refused_too(builtin_type_own_code, data_dir, capsys):
+    """docs/backends.md: a model whose config names its own code is refused, whatever its model_type;
+    scored with the built-in class instead, the gate would judge another model than the one shipped."""
+    folder, marker = builtin_type_own_code
+    code = main(["score", "--model", folder, "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--quiet"])
+    line = error_line(capsys)
+    assert code == 2 and not marker.exists()
+    assert f"--model {folder}: the model needs its own Python code (auto_map in its config)" in line
+    assert "--longctx-trust-remote-code (longctx score: --trust-remote-code)" in line
+    assert "model_type 'qwen3' is also built into transformers" in line
+
+
+def test_with_trust_remote_code_that_model_runs_its_own_code(builtin_type_own_code):
+    folder, marker = builtin_type_own_code
+    backend, _ = load_backend(folder, "hf", trust_remote_code=True)
+    assert marker.exists() and type(backend.model).__name__ == "CustomModel"
+
+
 @needs("llmlingua", install='pip install -e ".[llmlingua]"')
 def test_the_llmlingua_adapter_does_not_run_a_models_code(custom_code):
     from pytest_longctx.compress.adapters import llmlingua
@@ -124,6 +161,34 @@ def test_the_llmlingua_adapter_does_not_run_a_models_code(custom_code):
     found = llmlingua._load(folder, "cpu")  # LLMLingua's own default would run it unasked
     assert isinstance(found, RuntimeError) and "needs its own Python code" in str(found)
     assert not marker.exists()
+
+
+def offload_error(folder: str, offload: Path) -> str:
+    """The line loading ``folder`` gives with its layers pushed to disk, into ``offload``."""
+    with pytest.raises(LongctxError) as exc:
+        load_backend(folder, "hf", "float32", "auto",
+                     options=["device-map=auto", "max-memory=cpu:20KB", f"offload-folder={offload}"])
+    return str(exc.value)
+
+
+@needs("accelerate", install='pip install -e ".[hf]"')
+def test_an_offload_folder_inside_a_file_names_the_option(small_folder, tmp_path):
+    """Not a raw OSError under "cannot load it" with an offline hint: the option, and what is wrong with it."""
+    (tmp_path / "a-file").write_text("")
+    offload = tmp_path / "a-file" / "offload"
+    message = offload_error(small_folder, offload)
+    assert message.startswith(f"--backend-option offload-folder={offload}: not a folder this process can write (")
+    assert "offline" not in message and "cannot load it" not in message and "\n" not in message
+
+
+@needs("accelerate", install='pip install -e ".[hf]"')
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a folder of mode 0500")
+def test_an_offload_folder_without_write_permission_names_the_option(small_folder, tmp_path):
+    offload = tmp_path / "read-only"
+    offload.mkdir(mode=0o500)
+    message = offload_error(small_folder, offload)
+    assert message.startswith(f"--backend-option offload-folder={offload}: not a folder this process can write (")
+    assert "Permission denied" in message and "offline" not in message
 
 
 # --------------------------------------------------------------- 2. log-probabilities above 0

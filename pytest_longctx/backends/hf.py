@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -96,7 +97,22 @@ def loading_options(options: Mapping[str, str]) -> dict[str, Any]:
                            f"or {DEVICE_MAPS[-1]}")
     if "max_memory" in loading:
         loading["max_memory"] = _max_memory(loading["max_memory"])
+    if "offload_folder" in loading:
+        _check_writable(loading["offload_folder"])
     return loading
+
+
+def _check_writable(folder: str) -> None:
+    """accelerate writes the offloaded weights there while the model loads: an unwritable folder
+    would stop the load on a bare OSError."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise LongctxError(f"--backend-option offload-folder={folder}: not a folder this process can write "
+                           f"({exc.strerror or type(exc).__name__}); give one it can write, with room for the weights "
+                           "that fit on no device") from None
 
 
 def _max_memory(text: str) -> dict[int | str, str]:
@@ -157,6 +173,26 @@ def missing_tokenizer(folder: str) -> str:
     return f"{folder} has no tokenizer files ({' / '.join(TOKENIZER_FILES[:2])} with a vocabulary)"
 
 
+def _stored_config(where: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's config.json as written, before transformers picks a class for it (a
+    GGUF file's config is made from its metadata, with no code or quantizer of its own)."""
+    if extra:
+        return {}
+    from transformers import PretrainedConfig
+
+    stored, _ = PretrainedConfig.get_config_dict(where)
+    return stored
+
+
+def _needs_own_code(model: str, model_type: str | None = None) -> str:
+    from transformers import CONFIG_MAPPING
+
+    built_in = (f"; its model_type {model_type!r} is also built into transformers: to score it with that instead, "
+                "remove auto_map from its config.json") if model_type in CONFIG_MAPPING else ""
+    return (f"--model {model}: the model needs its own Python code (auto_map in its config), which is not run unless "
+            f"you allow it: pass {TRUST_OPTION} only if you trust that code{built_in}")
+
+
 def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
                     loading: Mapping[str, Any] | None = None):
     """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error;
@@ -182,6 +218,9 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     if damaged:
         raise LongctxError(f"--model {model}: cannot load it: {damaged}; re-download or re-save the model")
     try:
+        stored = _stored_config(where, extra)
+        if "auto_map" in stored and not trust_remote_code:  # transformers would load a model_type it knows without it
+            raise LongctxError(_needs_own_code(model, stored.get("model_type")))
         trust = bool(trust_remote_code)  # always given: without it transformers asks on stdin
         folder = not extra and Path(where).is_dir()
         has_files = not folder or any((Path(where) / name).is_file() for name in TOKENIZER_FILES)
@@ -189,10 +228,11 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         if tokenizer is not None and len(tokenizer) <= 1:  # no vocabulary: every text would be no tokens at all
             tokenizer = None
         loaded = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra, **loading)
+    except LongctxError:
+        raise
     except (OSError, ValueError) as exc:
         if "trust_remote_code" in str(exc) and not trust_remote_code:
-            raise LongctxError(f"--model {model}: the model needs its own Python code (auto_map in its config), which is "
-                               f"not run unless you allow it: pass {TRUST_OPTION} only if you trust that code") from None
+            raise LongctxError(_needs_own_code(model)) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
