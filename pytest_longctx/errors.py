@@ -1,4 +1,8 @@
-"""The one exception type users see: a single line that says what is wrong and what to do."""
+"""The one exception type users see: a single line that says what is wrong and what to do; and
+what such a line must never show."""
+from __future__ import annotations
+
+import re
 
 
 class LongctxError(Exception):
@@ -7,3 +11,14 @@ class LongctxError(Exception):
 
 class DataError(LongctxError):
     """A dataset file that does not match the schema."""
+
+
+# a URL's user and password, up to the last @ before the path's query or the text's next space: a
+# password with an unescaped / or @ in it is hidden whole, at worst with the host
+_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s?#]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` as a line or a file may show it: every URL's user and password
+    (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``)."""
+    return _CREDENTIALS.sub(r"\1***@", text)

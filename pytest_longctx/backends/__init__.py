@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, without_credentials
 
 BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory",
            "vllm": "pytest_longctx.backends.vllm:factory", "vllm-server": "pytest_longctx.backends.vllm:server_factory"}
@@ -85,8 +85,8 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
         raise
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise LongctxError(f"--backend {backend}: the factory failed for model {model}: {type(exc).__name__}"
-                           + (f": {first}" if first else "")) from None
+        raise LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
+                                               f"{type(exc).__name__}" + (f": {first}" if first else ""))) from None
     if not callable(getattr(made, "read", None)):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
     return made, getattr(made, "tokenizer", None)

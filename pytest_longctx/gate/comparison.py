@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import config_kind
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
@@ -97,7 +97,7 @@ def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
     against = (f"baseline {run.baseline_path}" if run.baseline is not None else
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
-    return Comparison(str(run.options.model), against, run.scores.mode or "n/a", evaluation, run.thresholds,
+    return Comparison(without_credentials(str(run.options.model)), against, run.scores.mode or "n/a", evaluation, run.thresholds,
                       items, targets, errors=errors, reads=read_drift(run.scores, baseline, run.dataset))
 
 

@@ -16,7 +16,7 @@ from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.options import GateOptions
 from pytest_longctx.gate.session import Case, Progress, unit_of
 from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key
@@ -123,7 +123,8 @@ class GateRun:
         return (
             f"{where}; create it from the original (uncompressed) model, then commit it: {command} "
             + ("(put the original model's id in --longctx-model if this one is a compressed candidate)" if named else
-               f"(in --longctx-model put the original model's hub id or alias, not a local path like {self.options.model})")
+               f"(in --longctx-model put the original model's hub id or alias, not a local path like "
+               f"{without_credentials(str(self.options.model))})")
         )
 
     def _keys(self, config: str, length: str | None = None) -> frozenset[ItemKey]:

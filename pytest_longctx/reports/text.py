@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_longctx.errors import without_credentials
 from pytest_longctx.gate.verdicts import DRIFT_LABEL
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
@@ -89,7 +90,8 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     options = run.options
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
-    lines = [visible(f"longctx gate: {options.model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
+    model = without_credentials(str(options.model))
+    lines = [visible(f"longctx gate: {model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:
