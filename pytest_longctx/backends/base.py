@@ -52,7 +52,9 @@ class Backend(Protocol):
     * ``context_window``: the longest sequence it was trained for, or None: texts longer than
       that are refused unless the user allows them;
     * ``vocab_size``: the token ids it takes: larger ids are refused before any forward pass;
-    * ``session() -> ReadSession`` (``SessionBackend``): the engine runs shared prefixes once.
+    * ``session() -> ReadSession`` (``SessionBackend``): the engine runs shared prefixes once;
+    * ``close()``: releases what the backend holds (engine processes, connections, threads);
+      the package calls it (``close``) when it is done with a backend it loaded.
 
     The engine refuses any log-probability above 0 (logits passed off as log-probabilities).
     """
@@ -93,6 +95,13 @@ class SessionBackend(Backend, Protocol):
 def has_sessions(backend: Backend) -> TypeGuard[SessionBackend]:
     """Whether the backend hands out sessions (the engine then runs shared prefixes once)."""
     return callable(getattr(backend, "session", None))
+
+
+def close(backend: Backend) -> None:
+    """Release what a backend holds, if it has a ``close()``."""
+    closing = getattr(backend, "close", None)
+    if callable(closing):
+        closing()
 
 
 def describe(backend: Backend) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.base import close
 from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import DEFAULT_METHODS, full_context_line, matched_table, pareto_table
@@ -49,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                   args.trust_remote_code)
-    result = bench.run(backend, args.cache_dir, progress=not args.quiet, note=note)
+    try:
+        result = bench.run(backend, args.cache_dir, progress=not args.quiet, note=note)
+    finally:
+        if backend is not None:
+            close(backend)
     print(f"{result.sessions} sessions from {result.source}; savings in tokens of {result.tokenizer}; "
           f"Layer B: {f'read by {args.model}' if result.layer_b else 'none (give --model)'}")
     print("savings: of the rendered chat, summed over the sessions [95 % bootstrap interval over sessions]; content: of "

@@ -6,6 +6,7 @@ import sys
 from typing import Callable
 
 from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.base import close
 from pytest_longctx.cli.args import add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey
@@ -51,9 +52,12 @@ def run(args: argparse.Namespace) -> int:
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                       args.trust_remote_code)
-    cache = ScoreCache.for_backend(backend, args.cache_dir)
-    results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
-                         cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
+    try:
+        cache = ScoreCache.for_backend(backend, args.cache_dir)
+        results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
+                             cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
+    finally:
+        close(backend)
     if results.meta.get("mode_fallback"):
         print(f"longctx: warning: {results.meta['mode_fallback']}", file=sys.stderr)
     for warning in results.warnings:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import pytest
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.base import Backend, close
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.session import GateEvaluation, GateSession
 from pytest_longctx.plugin.hooks import running
@@ -43,9 +43,10 @@ def longctx_run(request: pytest.FixtureRequest) -> GateSession:
 
 
 @pytest.fixture(scope="session")
-def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Backend:
-    """The model under test as a backend (anything with ``read(ids, positions, tokens)``).
-    Override it in the root conftest.py to hand in an already-loaded model."""
+def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The model under test as a backend (anything with ``read(ids, positions, tokens)``),
+    closed at the end of the session. Override it in the root conftest.py to hand in an
+    already-loaded model."""
     options = longctx_run.options
     # what loading says (a first-run conversion, the loader's progress) reaches the terminal
     capture = request.config.pluginmanager.getplugin("capturemanager")
@@ -57,7 +58,9 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
     except LongctxError as exc:
         failure = str(exc)
     else:
-        return backend
+        yield backend
+        close(backend)
+        return
     fail(failure)  # outside the except: the message once, not chained to itself
 
 
