@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends import option_values
+from pytest_longctx.backends import option_values, quantized
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
 from pytest_longctx.errors import LongctxError
@@ -193,6 +193,27 @@ def _needs_own_code(model: str, model_type: str | None = None) -> str:
             f"you allow it: pass {TRUST_OPTION} only if you trust that code{built_in}")
 
 
+# how transformers' quantizers say that a method has no kernel but a GPU's
+GPU_ONLY = re.compile(r"\b(GPU|CUDA|XPU)\b")
+
+
+def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: str, exc: Exception) -> None:
+    """The one line for a quantized checkpoint that did not load because of its quantization: a
+    method that runs only on a GPU, on the CPU; a library missing or too old (transformers raises
+    ImportError for both). Anything else is left to the caller."""
+    if not quantization:
+        return
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    what = quantized.describe(quantization)
+    if device == "cpu" and GPU_ONLY.search(str(exc)):
+        raise LongctxError(f"--model {model}: its quantization ({what}) runs only on a GPU kernel, and this run is on the "
+                           f"CPU ({first}); score it on a GPU (--device cuda)") from None
+    if isinstance(exc, ImportError):
+        hint = quantized.install_hint(quantization)
+        raise LongctxError(f"--model {model}: its quantization ({what}) needs a library that does not import here: "
+                           f"{first}{'; ' + hint if hint else ''}") from None
+
+
 def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
                     loading: Mapping[str, Any] | None = None):
     """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error;
@@ -217,10 +238,15 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
     if damaged:
         raise LongctxError(f"--model {model}: cannot load it: {damaged}; re-download or re-save the model")
+    quantization: Mapping[str, Any] = {}  # the checkpoint's own quantization_config, once read
     try:
         stored = _stored_config(where, extra)
         if "auto_map" in stored and not trust_remote_code:  # transformers would load a model_type it knows without it
             raise LongctxError(_needs_own_code(model, stored.get("model_type")))
+        quantization = stored.get("quantization_config") or {}
+        missing = quantized.missing_library(quantization)
+        if missing:
+            raise LongctxError(f"--model {model}: {missing}")
         trust = bool(trust_remote_code)  # always given: without it transformers asks on stdin
         folder = not extra and Path(where).is_dir()
         has_files = not folder or any((Path(where) / name).is_file() for name in TOKENIZER_FILES)
@@ -231,12 +257,14 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     except LongctxError:
         raise
     except (OSError, ValueError) as exc:
+        _refuse_quantization(model, quantization, device, exc)
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise LongctxError(_needs_own_code(model)) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
     except Exception as exc:  # e.g. a damaged weights file in another format (safetensors, torch, GGUF raise their own types)
+        _refuse_quantization(model, quantization, device, exc)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
@@ -278,6 +306,7 @@ class TransformersBackend:
     """Scores a loaded ``transformers`` causal LM; see the module docstring."""
 
     def __init__(self, model: Any, tokenizer: Any = None, chunk_size: int = DEFAULT_CHUNK, name: str | None = None):
+        _decompress_now(model)
         self.model = model
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
@@ -342,14 +371,17 @@ class TransformersBackend:
         import transformers
 
         dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
+        quantization = quantization_config(self.model)
         return {
             "model": str(self.name),
             "weights": self.weights_fingerprint(),
             "config": config_fingerprint(self.model),
             "dtype": ",".join(dtypes),
+            "quantization": quantized.describe(quantization, rounds_activations(self.model)),
             "device": placement(self.model) or self.device.type,
             "chunk_size": self.chunk_size,
-            "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__)},
+            "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
+                         **quantized.library_versions(quantization)},
         }
 
 
@@ -434,11 +466,36 @@ def _plain_kv(cache: Any) -> bool:
 VOLATILE_CONFIG = ("_name_or_path", "_commit_hash", "transformers_version", "dtype", "torch_dtype")
 
 
+def quantization_config(model: Any) -> dict[str, Any]:
+    """The model's ``quantization_config`` as a dict (transformers keeps an object); empty when it has none."""
+    found = getattr(model.config, "quantization_config", None)
+    return found.to_dict() if hasattr(found, "to_dict") else dict(found or {})
+
+
+def rounds_activations(model: Any) -> bool:
+    """Whether the activations a compressed-tensors scheme names are rounded as the model runs:
+    its linear layers then carry the scheme and round their inputs (compressed-tensors' own
+    forward); a checkpoint de-quantized on load carries none."""
+    return any(getattr(getattr(m, "quantization_scheme", None), "input_activations", None) is not None
+               and getattr(m, "quantization_enabled", True) for m in model.modules())
+
+
+def _decompress_now(model: Any) -> None:
+    """compressed-tensors unpacks a checkpoint's weights on the model's first forward pass (a
+    hook): done here, the weights fingerprinted are the ones every read runs with."""
+    if getattr(model, "ct_decompress_hook", None) is not None:
+        model.hf_quantizer.compressor.decompress_model(model)
+
+
 def config_fingerprint(model: Any) -> str:
     """A digest of the model's configuration: the same weights under another config (a
-    sliding window, rope scaling, another attention kernel) compute something else."""
+    sliding window, rope scaling, another attention kernel, another quantization or the
+    version of the library that runs it) compute something else."""
     config = {k: v for k, v in model.config.to_dict().items() if k not in VOLATILE_CONFIG}
     config["_attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+    libraries = quantized.library_versions(quantization_config(model))
+    if libraries:  # absent otherwise: the digests of models without quantization stay as they were
+        config["_quantization_libraries"] = libraries
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -455,10 +512,23 @@ def weights_fingerprint(model: Any) -> str:
     with torch.inference_mode():
         for name in sorted(state):
             with _loaded(model, name, state[name]) as tensor:
-                tensor = tensor.detach().contiguous()
-                digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
-                digest.update(_bits_checksum(tensor).to_bytes(8, "little", signed=True))
+                for part, plain in _plain_tensors(name, tensor, digest):
+                    plain = plain.detach().contiguous()
+                    digest.update(f"{part}|{tuple(plain.shape)}|{plain.dtype}|".encode())
+                    digest.update(_bits_checksum(plain).to_bytes(8, "little", signed=True))
     return digest.hexdigest()[:32]
+
+
+def _plain_tensors(name: str, tensor: Any, digest: Any) -> Iterator[tuple[str, Any]]:
+    """The plain tensors a tensor holds, by name: itself, or for a tensor subclass (torchao's
+    quantized weights) the tensors it is made of, its metadata (block size, dtype) digested too."""
+    if not hasattr(tensor, "__tensor_flatten__"):
+        yield name, tensor
+        return
+    inner, metadata = tensor.__tensor_flatten__()
+    digest.update(f"{name}|{type(tensor).__name__}|{metadata!r}|".encode())
+    for attribute in inner:
+        yield from _plain_tensors(f"{name}.{attribute}", getattr(tensor, attribute), digest)
 
 
 @contextlib.contextmanager

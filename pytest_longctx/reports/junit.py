@@ -7,11 +7,13 @@ from typing import Any
 from pytest_longctx.errors import without_credentials
 from pytest_longctx.numbers import number
 from pytest_longctx.reports.format import visible
+from pytest_longctx.reports.text import quantization
 
 
 def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
     """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
     properties = [("longctx.model", visible(without_credentials(str(run.options.model)))),
+                  ("longctx.quantization", visible(quantization(run.scores.meta))),
                   ("longctx.baseline", visible(str(run.baseline_path)) if run.baseline_path else ""),
                   ("longctx.mode", run.scores.mode)]
     properties += [(f"longctx.threshold.{name}", visible(value)) for name, value in run.thresholds.describe().items()]

@@ -86,12 +86,21 @@ def damage_lines(evaluation: Any) -> list[str]:
     return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if evaluation.damage_kind(name)]
 
 
+def quantization(meta: dict[str, Any]) -> str:
+    """What the backend says the model's quantization is (``torchao int8 weight-only``); empty
+    for none, or for a backend that does not say."""
+    found = meta.get("quantization")
+    return "" if found in (None, "", "none") else str(found)
+
+
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     options = run.options
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
     model = without_credentials(str(options.model))
-    lines = [visible(f"longctx gate: {model} against {baseline}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
+    what = quantization(run.scores.meta)
+    lines = [visible(f"longctx gate: {model}{f' ({what})' if what else ''} against {baseline}; "
+                     f"mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:

@@ -1,0 +1,133 @@
+"""A checkpoint's own ``quantization_config`` as the transformers backend reports it: what the
+candidate is in words, the library that runs it and its version, and the line that says which
+extra to install when that library is missing. Read from the config alone: nothing here
+imports a quantization library except to see whether it is there."""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Mapping
+
+# quant_method -> (the module transformers imports to run it, its distribution: also the extra's name)
+LIBRARIES: dict[str, tuple[str, str]] = {
+    "torchao": ("torchao", "torchao"),
+    "bitsandbytes": ("bitsandbytes", "bitsandbytes"),
+    "compressed-tensors": ("compressed_tensors", "compressed-tensors"),
+}
+
+# torchao's configuration classes by what they do; another is named by its class
+TORCHAO_KINDS = {
+    "Int8WeightOnlyConfig": "int8 weight-only",
+    "Int4WeightOnlyConfig": "int4 weight-only",
+    "Float8WeightOnlyConfig": "float8 weight-only",
+    "Int8DynamicActivationInt8WeightConfig": "int8 weights, int8 activations rounded per token as they run",
+    "Int8DynamicActivationInt4WeightConfig": "int4 weights, int8 activations rounded per token as they run",
+    "Float8DynamicActivationFloat8WeightConfig": "float8 weights, float8 activations rounded as they run",
+}
+
+# what a compressed-tensors scheme's strategy means for its weights
+GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "tensor_group": "per tensor and group"}
+
+
+def method(quantization: Mapping[str, Any]) -> str | None:
+    """The config's ``quant_method`` as a plain string (transformers writes an enum)."""
+    value = quantization.get("quant_method")
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def missing_library(quantization: Mapping[str, Any]) -> str | None:
+    """Why the library that runs this quantization does not import here, with the extra that
+    installs it; None when it imports or the method is not one of ``LIBRARIES``."""
+    found = LIBRARIES.get(method(quantization) or "")
+    if found is None:
+        return None
+    module, extra = found
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - not installed, or installed but failing on import
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (f"its weights are quantized by {extra} ({describe(quantization)}), which does not import here "
+                f"({why}): pip install 'pytest-longctx[{extra}]'")
+    return None
+
+
+def install_hint(quantization: Mapping[str, Any]) -> str:
+    """``pip install 'pytest-longctx[EXTRA]'`` for a method this package has an extra for, else empty."""
+    found = LIBRARIES.get(method(quantization) or "")
+    return f"pip install 'pytest-longctx[{found[1]}]'" if found else ""
+
+
+def library_versions(quantization: Mapping[str, Any]) -> dict[str, str]:
+    """The version of the library that runs this quantization, by distribution name (none for a
+    method transformers runs itself)."""
+    found = LIBRARIES.get(method(quantization) or "")
+    if found is None:
+        return {}
+    try:
+        return {found[1]: version(found[1])}
+    except PackageNotFoundError:
+        return {}
+
+
+def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) -> str:
+    """What the candidate is, in words: ``torchao int8 weight-only``, ``bitsandbytes nf4``,
+    ``compressed-tensors W4A16, groups of 64``; ``none`` for a model without quantization.
+    ``activations_rounded``: whether the loaded model rounds the activations a scheme names
+    (compressed-tensors decompressed for good rounds none)."""
+    name = method(quantization)
+    if name is None:
+        return "none"
+    if name == "torchao":
+        return f"torchao {_torchao(quantization)}"
+    if name == "bitsandbytes":
+        return f"bitsandbytes {_bitsandbytes(quantization)}"
+    if name == "compressed-tensors":
+        groups = (quantization.get("config_groups") or {}).values()
+        return "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
+    if name == "gguf":
+        return "GGUF, de-quantized to the loading dtype"
+    bits, group = quantization.get("bits"), quantization.get("group_size")
+    return name + (f" {bits}-bit" if bits else "") + (f", groups of {group}" if isinstance(group, int) and group > 0 else "")
+
+
+def _torchao(quantization: Mapping[str, Any]) -> str:
+    kinds = []
+    for entry in (quantization.get("quant_type") or {}).values():
+        if not isinstance(entry, Mapping):  # an older transformers wrote the name alone
+            kinds.append(str(entry))
+            continue
+        kind = str(entry.get("_type", "unknown"))
+        group = (entry.get("_data") or {}).get("group_size")
+        kinds.append(TORCHAO_KINDS.get(kind, kind.removesuffix("Config")) + (f", groups of {group}" if group else ""))
+    return "; ".join(kinds) or "unknown"
+
+
+def _bitsandbytes(quantization: Mapping[str, Any]) -> str:
+    if quantization.get("load_in_4bit"):
+        double = ", double quantization" if quantization.get("bnb_4bit_use_double_quant") else ""
+        return f"{quantization.get('bnb_4bit_quant_type', 'fp4')}{double}"
+    return f"int8 (LLM.int8(), outlier threshold {quantization.get('llm_int8_threshold', 6.0)})"
+
+
+def _scheme(group: Mapping[str, Any], activations_rounded: bool) -> str:
+    """One compressed-tensors scheme: ``W4A16, groups of 64`` or ``W8A8, int8 weights per channel,
+    int8 activations dynamic per token, rounded as they run``."""
+    weights, inputs = group.get("weights") or {}, group.get("input_activations")
+    words = [f"W{weights.get('num_bits', 16)}A{inputs.get('num_bits', 16) if inputs else 16}"]
+    strategy = weights.get("strategy")
+    kind = "float" if weights.get("type") == "float" else "int"
+    if strategy == "group":
+        words.append(f"groups of {weights.get('group_size')}")
+    elif strategy == "block":
+        words.append(f"blocks of {'x'.join(map(str, weights.get('block_structure') or []))}")
+    elif inputs or kind == "float":
+        words.append(f"{kind}{weights.get('num_bits')} weights {GRANULARITY.get(strategy, strategy)}")
+    if weights and not weights.get("symmetric", True):
+        words.append("asymmetric")
+    if inputs:
+        timing = "dynamic" if inputs.get("dynamic") else "static"
+        where = GRANULARITY.get(inputs.get("strategy"), inputs.get("strategy"))
+        words.append(f"{'float' if inputs.get('type') == 'float' else 'int'}{inputs.get('num_bits')} activations {timing} {where}, "
+                     + ("rounded as they run" if activations_rounded
+                        else "not rounded here: the weights alone are judged (vLLM's backend runs the activations too)"))
+    return ", ".join(words)

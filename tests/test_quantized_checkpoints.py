@@ -1,0 +1,340 @@
+"""Checkpoints made by the quantization libraries that run on the CPU beside the main stack
+(torchao, bitsandbytes, compressed-tensors), saved, then loaded through the transformers backend
+as their runtime loads them: reads equal a naive full-vocabulary forward pass of the same
+loaded model, the description says what the candidate is, the fingerprint follows the
+quantization, and a missing library is one line naming the extra to install (issue 32)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import needs, tiny_qwen3
+
+from pytest_longctx.backends import load_backend, quantized
+from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.errors import LongctxError
+
+pytestmark = needs("torch", "transformers", install='pip install -e ".[hf]"')
+
+VOCAB = 128
+needs_torchao = needs("torchao", install="pip install 'pytest-longctx[torchao]'")
+needs_bitsandbytes = needs("bitsandbytes", install="pip install 'pytest-longctx[bitsandbytes]'")
+needs_compressed_tensors = needs("compressed_tensors", install="pip install 'pytest-longctx[compressed-tensors]'")
+
+
+@pytest.fixture(scope="module")
+def float_folder(tmp_path_factory) -> Path:
+    """A tiny random qwen3, wide enough (64) for groups of 16 and 32, saved in float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("float")
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
+    return folder
+
+
+def saved_by_transformers(float_folder: Path, out: Path, quantization_config: Any, **loading: Any) -> Path:
+    """The float model quantized on load by transformers with ``quantization_config``, saved."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(float_folder, dtype=torch.float32, quantization_config=quantization_config,
+                                         **loading).save_pretrained(out)
+    return out
+
+
+def saved_by_compressed_tensors(float_folder: Path, out: Path, weights: dict[str, Any], inputs: dict[str, Any] | None = None,
+                                form: str = "pack-quantized") -> Path:
+    """The float model quantized round-to-nearest with compressed-tensors' own API (its scheme on
+    every linear layer but the LM head, the weights' scales from their ranges), compressed into
+    ``form`` and saved as llm-compressor saves it."""
+    import torch
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationConfig,
+        QuantizationScheme,
+        QuantizationStatus,
+        apply_quantization_config,
+    )
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(float_folder, dtype=torch.float32)
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**weights),
+                                input_activations=QuantizationArgs(**inputs) if inputs else None)
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], format=form))
+    with torch.no_grad():
+        for module in model.modules():
+            args = getattr(getattr(module, "quantization_scheme", None), "weights", None)
+            if args is None:
+                continue
+            weight = module.weight.unflatten(-1, (-1, args.group_size)) if args.group_size else module.weight[:, None]
+            scale, zero_point = calculate_qparams(weight.amin(-1), weight.amax(-1), args)
+            module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
+            module.weight_zero_point.copy_(zero_point.reshape(module.weight_zero_point.shape))
+            module.quantization_status = QuantizationStatus.FROZEN
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=form)
+    compressor.compress_model(model)
+    model.save_pretrained(out)
+    compressor.update_config(out)
+    return out
+
+
+W4A16_G16 = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 16}
+W4A16_G32 = {**W4A16_G16, "group_size": 32}
+W8_CHANNEL = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}
+A8_TOKEN = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
+
+
+def make(kind: str, float_folder: Path, out: Path) -> Path:
+    import torch
+    from transformers import BitsAndBytesConfig, TorchAoConfig
+
+    if kind == "torchao-int8":
+        from torchao.quantization import Int8WeightOnlyConfig
+
+        return saved_by_transformers(float_folder, out, TorchAoConfig(Int8WeightOnlyConfig()))
+    if kind == "bnb-nf4":
+        return saved_by_transformers(float_folder, out, BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                                           bnb_4bit_compute_dtype=torch.float32), device_map="cpu")
+    if kind == "bnb-int8":
+        return saved_by_transformers(float_folder, out, BitsAndBytesConfig(load_in_8bit=True), device_map="cpu")
+    if kind == "ct-w4a16-g16":
+        return saved_by_compressed_tensors(float_folder, out, W4A16_G16)
+    if kind == "ct-w4a16-g32":
+        return saved_by_compressed_tensors(float_folder, out, W4A16_G32)
+    assert kind == "ct-w8a8"
+    return saved_by_compressed_tensors(float_folder, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
+
+
+# kind -> (its library's test mark, its description, the library's distribution)
+KINDS = {
+    "torchao-int8": (needs_torchao, "torchao int8 weight-only", "torchao"),
+    "bnb-nf4": (needs_bitsandbytes, "bitsandbytes nf4", "bitsandbytes"),
+    "bnb-int8": (needs_bitsandbytes, "bitsandbytes int8 (LLM.int8(), outlier threshold 6.0)", "bitsandbytes"),
+    "ct-w4a16-g16": (needs_compressed_tensors, "compressed-tensors W4A16, groups of 16", "compressed-tensors"),
+    "ct-w4a16-g32": (needs_compressed_tensors, "compressed-tensors W4A16, groups of 32", "compressed-tensors"),
+    "ct-w8a8": (needs_compressed_tensors, "compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per "
+                                          "token, rounded as they run", "compressed-tensors"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(float_folder, tmp_path_factory):
+    """Each kind's checkpoint folder, made on first use."""
+    made: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in made:
+            made[kind] = make(kind, float_folder, tmp_path_factory.mktemp(kind))
+        return made[kind]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def loaded(checkpoints):
+    """Each kind loaded through the backend, kept for the module (naive.reads memoises by the model's id)."""
+    backends: dict[str, TransformersBackend] = {}
+
+    def get(kind: str) -> TransformersBackend:
+        if kind not in backends:
+            backend, _ = load_backend(str(checkpoints(kind)), "hf", "float32", "cpu")
+            backends[kind] = backend
+        return backends[kind]
+
+    return get
+
+
+IDS = np.random.default_rng(0).integers(0, VOCAB, 300).tolist()
+POSITIONS = list(range(0, 299, 7))
+CUT = 150
+
+
+def backend_reads(backend: TransformersBackend) -> tuple[list[int], np.ndarray]:
+    """(top-1, log p of the next token) at POSITIONS, read as two pieces over the KV cache."""
+    session = backend.session()
+    top1: list[int] = []
+    logprobs: list[float] = []
+    for start, stop in ((0, CUT), (CUT, len(IDS))):
+        here = [p for p in POSITIONS if start <= p < stop]
+        found = session.advance(IDS[start:stop], [p - start for p in here], [[IDS[p + 1]] for p in here])
+        top1 += found.top1
+        logprobs += [values[0] for values in found.logprobs]
+    return top1, np.array(logprobs)
+
+
+def naive_reads(model: Any) -> tuple[list[int], np.ndarray]:
+    import naive
+
+    found = naive.reads(model, IDS, [(p, IDS[p + 1]) for p in POSITIONS])
+    return [top for top, _ in found], np.array([logprob for _, logprob in found])
+
+
+def each_kind(*kinds: str):
+    return pytest.mark.parametrize("kind", [pytest.param(k, marks=KINDS[k][0]) for k in kinds])
+
+
+@each_kind(*KINDS)
+def test_a_saved_checkpoint_reads_what_a_naive_pass_of_it_reads_and_says_what_it_is(kind, loaded, float_folder):
+    backend = loaded(kind)
+    top1, logprobs = backend_reads(backend)
+    want_top1, want_logprobs = naive_reads(backend.model)
+    assert top1 == want_top1
+    assert np.max(np.abs(logprobs - want_logprobs)) <= 1e-5
+    _, description, library = KINDS[kind]
+    described = backend.describe()
+    assert described["quantization"] == description
+    assert set(described["versions"]) == {"torch", "transformers", library}
+    # its quantization ran: the float model reads otherwise
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    assert np.max(np.abs(backend_reads(plain)[1] - logprobs)) > 1e-4
+    assert plain.describe()["quantization"] == "none" and set(plain.describe()["versions"]) == {"torch", "transformers"}
+
+
+@pytest.mark.parametrize("pair", [
+    pytest.param(("bnb-int8", "bnb-nf4"), marks=needs_bitsandbytes),
+    pytest.param(("ct-w4a16-g16", "ct-w4a16-g32"), marks=needs_compressed_tensors),
+])
+def test_the_fingerprint_follows_the_quantization(pair, loaded):
+    first, second = (loaded(kind).describe() for kind in pair)
+    assert first["weights"] != second["weights"] and first["config"] != second["config"]
+
+
+@each_kind("torchao-int8", "bnb-nf4", "ct-w8a8")
+def test_the_fingerprint_of_a_checkpoint_is_the_same_however_it_was_used(kind, checkpoints):
+    """The same folder loaded twice, fingerprinted before any read and after one (compressed-tensors
+    unpacks its weights on the first forward pass), is one fingerprint."""
+    fresh = TransformersBackend.load(str(checkpoints(kind)), dtype="float32", device="cpu").describe()
+    used = TransformersBackend.load(str(checkpoints(kind)), dtype="float32", device="cpu")
+    backend_reads(used)
+    assert used.describe()["weights"] == fresh["weights"] and used.describe()["config"] == fresh["config"]
+
+
+@each_kind("ct-w4a16-g16", "ct-w8a8")
+def test_compressed_tensors_weights_are_de_quantized_to_exactly_the_quantized_values(kind, loaded):
+    """transformers runs them de-quantized: fine, because each weight is its integer times its scale."""
+    import torch
+
+    backend = loaded(kind)
+    layer = backend.model.model.layers[0].self_attn.q_proj
+    weight, scale = layer.weight.detach(), layer.weight_scale.detach()
+    grouped = weight.unflatten(-1, (scale.shape[-1], -1))  # [out, groups, per group]
+    steps = (grouped / scale[..., None]).round()
+    assert torch.equal(steps * scale[..., None], grouped)
+    bits = 4 if kind == "ct-w4a16-g16" else 8
+    assert steps.min() >= -(2 ** (bits - 1)) and steps.max() <= 2 ** (bits - 1) - 1
+    assert steps.abs().max() >= 2 ** (bits - 1) - 1  # the range is used: rounded to these bits, not stored in float
+
+
+@needs_compressed_tensors
+def test_w8a8_activations_are_rounded_as_they_run(loaded):
+    """transformers on the CPU runs a W8A8 checkpoint through compressed-tensors' forward, which
+    rounds each token's input to int8 before every linear layer, as vLLM's int8 kernels do:
+    switched off, the reads move."""
+    backend = loaded("ct-w8a8")
+    rounded = backend_reads(backend)[1]
+    layers = [m for m in backend.model.modules() if getattr(m, "quantization_scheme", None) is not None]
+    try:
+        for layer in layers:
+            layer.quantization_enabled = False
+        weights_only = backend_reads(backend)[1]
+    finally:
+        for layer in layers:
+            layer.quantization_enabled = True
+    assert np.max(np.abs(rounded - weights_only)) > 1e-4
+
+
+def test_a_scheme_whose_activations_are_not_rounded_says_the_weights_alone_were_judged():
+    config = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": W8_CHANNEL, "input_activations": A8_TOKEN}}}
+    assert quantized.describe(config, activations_rounded=False) == (
+        "compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token, not rounded here: the "
+        "weights alone are judged (vLLM's backend runs the activations too)")
+
+
+# --------------------------------------------------------------- a library missing, a GPU kernel on a CPU
+
+
+QUANTIZATION_CONFIGS = {
+    "torchao": {"quant_method": "torchao", "quant_type": {"default": {"_type": "Int8WeightOnlyConfig", "_data": {}}}},
+    "bitsandbytes": {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+    "compressed_tensors": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": W4A16_G16}}},
+}
+
+
+def with_quantization(float_folder: Path, out: Path, quantization_config: dict[str, Any]) -> str:
+    """The float model's folder with ``quantization_config`` written into its config: what a checkpoint
+    of that library looks like before its weights are read."""
+    import shutil
+
+    shutil.copytree(float_folder, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "quantization_config": quantization_config}))
+    return str(out)
+
+
+@pytest.mark.parametrize("module, extra, what", [
+    ("torchao", "torchao", "torchao int8 weight-only"),
+    ("bitsandbytes", "bitsandbytes", "bitsandbytes nf4"),
+    ("compressed_tensors", "compressed-tensors", "compressed-tensors W4A16, groups of 16"),
+])
+def test_a_checkpoint_whose_library_is_missing_names_the_extra(module, extra, what, float_folder, tmp_path, monkeypatch):
+    folder = with_quantization(float_folder, tmp_path / "quantized", QUANTIZATION_CONFIGS[module])
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(LongctxError) as exc:
+        load_backend(folder, "hf", "float32", "cpu")
+    message = str(exc.value)
+    assert message.startswith(f"--model {folder}: its weights are quantized by {extra} ({what}), which does not import "
+                              f"here (import of {module} halted")
+    assert message.endswith(f"): pip install 'pytest-longctx[{extra}]'") and "damaged" not in message and "\n" not in message
+
+
+def test_a_checkpoint_that_runs_only_on_a_gpu_says_so_on_a_cpu(float_folder, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the checkpoint would load")
+    folder = with_quantization(float_folder, tmp_path / "fp8", {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})
+    with pytest.raises(LongctxError) as exc:
+        load_backend(folder, "hf", "float32", "cpu")
+    message = str(exc.value)
+    assert message.startswith(f"--model {folder}: its quantization (fbgemm_fp8) runs only on a GPU kernel, and this run is "
+                              "on the CPU (")
+    assert message.endswith("; score it on a GPU (--device cuda)") and "damaged" not in message
+
+
+# --------------------------------------------------------------- what the reports say
+
+
+@needs_bitsandbytes
+def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qwen_tokenizer, data_dir, tmp_path, pytester):
+    """A bitsandbytes nf4 checkpoint of the benchmark's vocabulary, gated by the plugin: the summary names
+    its quantization beside the model, as do the junit properties and the results' meta."""
+    import xml.etree.ElementTree as ET
+
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    plain = tmp_path / "plain"
+    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(plain)
+    folder = saved_by_transformers(plain, tmp_path / "nf4", BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32), device_map="cpu")
+    junit, out = tmp_path / "junit.xml", tmp_path / "results.json"
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
+        "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=1", "--longctx-update-baseline",
+        f"--longctx-baseline={tmp_path / 'b.json.gz'}", f"--junitxml={junit}", f"--longctx-out={out}")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert f"longctx gate: {folder} (bitsandbytes nf4) against itself" in result.stdout.str()
+    properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert properties["longctx.quantization"] == "bitsandbytes nf4"
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["quantization"] == "bitsandbytes nf4" and "bitsandbytes" in meta["versions"]
