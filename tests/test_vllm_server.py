@@ -40,6 +40,7 @@ class StandIn:
         self.retokenize = False
         self.plain_tokens = False  # write tokens as text, not token_id:N (not a vLLM server)
         self.cache_shift = 0  # added to the sampled id when the prefix cache served part of the prompt
+        self.shapes: dict[str, object] = {}  # an endpoint's path -> the JSON it answers instead (of another shape)
         self.lock = threading.Lock()
 
     def completion(self, body: dict) -> tuple[int, dict]:
@@ -52,6 +53,8 @@ class StandIn:
             if self.errors:
                 self.errors -= 1
                 return 503, {"error": {"message": "overloaded"}}
+            if len(prompt) + body["max_tokens"] > self.max_model_len:  # as vLLM refuses it
+                return 400, {"error": {"message": f"This model's maximum context length is {self.max_model_len} tokens"}}
             self.prompts.append(prompt)
             cached = max((n for n in range(BLOCK, len(prompt), BLOCK) if prompt[:n] in self.seen), default=0)
             self.seen.update(prompt[:n] for n in range(BLOCK, len(prompt) + 1, BLOCK))
@@ -73,7 +76,9 @@ def serve(standin: StandIn) -> tuple[str, ThreadingHTTPServer]:
         def log_message(self, *args):
             pass
 
-        def reply(self, status: int, body: dict) -> None:
+        def reply(self, status: int, body: object) -> None:
+            if status == 200 and self.path in standin.shapes:
+                body = standin.shapes[self.path]
             if status == 599:  # gone: drop the connection without an answer
                 self.close_connection = True
                 self.connection.close()
@@ -198,7 +203,7 @@ def test_a_failing_request_is_tried_again_and_a_server_that_stays_down_is_one_li
 def test_a_server_that_dies_half_way_keeps_what_was_scored_in_the_cache(standin, data_dir, tmp_path, qwen_tokenizer):
     plans = plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=3), "ids")
     standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
-    backend = connect(standin, "retries=0")
+    backend = connect(standin, "retries=0", "reuse-scores=tiny@1")  # a served model's answers are kept only so
     whole = engine.run(backend, plans)
     backend.describe()  # the identity probe (a request of its own) is sent once, before
     needed = len(standin.prompts) - 1
@@ -241,9 +246,20 @@ def test_the_served_model_is_checked(standin):
 def test_a_prompt_beyond_max_model_len_is_one_line_before_any_request(standin):
     standin.max_model_len = 100
     backend = connect(standin)
-    with pytest.raises(LongctxError, match="prompt of 150 tokens, beyond vLLM's max_model_len of 100"):
+    with pytest.raises(LongctxError, match="prompt of 150 tokens and the token vLLM generates after it, beyond vLLM's "
+                                           "max_model_len of 100"):
         backend.read(list(range(200)), [149], [[1]])
     assert standin.prompts == []
+
+
+def test_a_prompt_of_exactly_max_model_len_leaves_no_room_for_the_generated_token(standin):
+    standin.max_model_len = 150
+    backend = connect(standin)
+    with pytest.raises(LongctxError, match="prompt of 150 tokens and the token vLLM generates after it, beyond vLLM's "
+                                           "max_model_len of 150"):
+        backend.read(list(range(200)), [149], [[1]])
+    assert standin.prompts == []
+    assert len(backend.read(list(range(200)), [148], [[1]]).top1) == 1  # 149 tokens and the generated one fit
 
 
 def test_the_api_key_comes_from_the_environment_and_goes_nowhere(standin, monkeypatch):
@@ -259,11 +275,12 @@ def test_the_api_key_comes_from_the_environment_and_goes_nowhere(standin, monkey
     assert backend.read(list(range(40)), [39], [[1]]).top1
 
 
-def test_the_identity_probe_tells_other_weights_behind_the_same_name(standin):
-    first = connect(standin).describe()
-    assert first == connect(standin).describe()
+def test_under_a_declared_name_the_identity_probe_still_tells_other_weights(standin):
+    first = connect(standin, "reuse-scores=tiny@1").describe()
+    assert first == connect(standin, "reuse-scores=tiny@1").describe()
+    assert first["weights"] == "declared:tiny@1"
     standin.model = tiny_qwen3(VOCAB, seed=4)
-    assert connect(standin).describe()["weights"] != first["weights"]
+    assert connect(standin, "reuse-scores=tiny@1").describe()["config"] != first["config"]
 
 
 def test_the_local_tokenizer_is_checked_against_the_servers(standin, qwen_tokenizer, tmp_path):
@@ -271,10 +288,20 @@ def test_the_local_tokenizer_is_checked_against_the_servers(standin, qwen_tokeni
     qwen_tokenizer.save_pretrained(folder)
     standin.tokenize = lambda text: qwen_tokenizer(text, add_special_tokens=False)["input_ids"]
     assert connect(standin, f"tokenizer={folder}").tokenizer is not None
+    assert connect(standin).tokenizer is None  # the server's is the data's: the ids mode
     standin.tokenize = lambda text: qwen_tokenizer(text, add_special_tokens=False)["input_ids"][1:]
     with pytest.raises(LongctxError, match="tokenizes a check text into other ids than the server's tokenizer"):
         connect(standin, f"tokenizer={folder}")
-    assert connect(standin).tokenizer is None
+
+
+def test_a_server_whose_tokenizer_is_not_the_datas_is_one_line_naming_tokenizer_before_any_read(standin, qwen_tokenizer):
+    standin.tokenize = lambda text: list(text.encode())  # another vocabulary, as a SmolLM2 server's is
+    with pytest.raises(LongctxError) as raised:
+        connect(standin)
+    message = str(raised.value)
+    assert "serves org/tiny with another tokenizer than the data's" in message and "Qwen3.5" in message
+    assert "--backend-option tokenizer=FOLDER_OR_HUB_ID" in message and "\n" not in message
+    assert standin.prompts == []
 
 
 def test_a_read_that_depends_on_the_prefix_cache_is_one_line_naming_the_causes_and_the_options(standin, model, monkeypatch):
@@ -323,3 +350,213 @@ def test_the_progress_line_shows_requests_in_flight_and_cache_hits(standin, data
     assert last.startswith("longctx: 1/1 items") and "tokens/s" in last
     assert f"0 requests in flight, {len(standin.prompts)} answered" in last
     assert f"{backend.traffic.cached_tokens:,} of {backend.traffic.prompt_tokens:,} prompt tokens from vLLM's prefix cache" in last
+
+
+# ------------------------------------------------------------------ the score cache of a served model
+
+
+def facts_plans(data_dir):
+    return plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=1), "ids")
+
+
+def nudge_past_the_probe(model) -> None:
+    """A small change in place, where the identity probe does not look: the embeddings of every
+    token after the probe's ids (the probe's answer stays the same to the last bit)."""
+    import torch
+
+    torch.manual_seed(5)
+    with torch.no_grad():
+        weights = model.get_input_embeddings().weight
+        weights[max(server_module.PROBE) + 1:] += 0.05 * torch.randn_like(weights[max(server_module.PROBE) + 1:])
+
+
+def test_weights_changed_in_place_behind_the_same_name_are_read_again_not_served_from_the_cache(
+        standin, data_dir, qwen_tokenizer, tmp_path):
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    plans = facts_plans(data_dir)
+    before = connect(standin)
+    old = engine.run(before, plans, cache=ScoreCache.for_backend(before, tmp_path))
+    nudge_past_the_probe(standin.model)
+    standin.prompts.clear()
+    after = connect(standin)
+    again = engine.run(after, plans, cache=ScoreCache.for_backend(after, tmp_path))
+    assert [p for p in standin.prompts if p != server_module.PROBE], "served from the cache, not read"
+    assert again != old and again == engine.run(after, plans)
+
+
+def test_answers_are_reused_for_a_served_model_only_under_the_name_the_user_declares(
+        standin, data_dir, qwen_tokenizer, tmp_path):
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    plans = facts_plans(data_dir)
+    backend = connect(standin, "reuse-scores=tiny@1")
+    first = engine.run(backend, plans, cache=ScoreCache.for_backend(backend, tmp_path))
+    warnings: list[str] = []
+    standin.prompts.clear()
+    backend = connect(standin, "reuse-scores=tiny@1")
+    cache = ScoreCache.for_backend(backend, tmp_path, warn=warnings.append)
+    assert engine.run(backend, plans, cache=cache) == first and cache.misses == 0 and cache.hits > 0
+    assert standin.prompts == [server_module.PROBE]  # the probe, checked beside the name; no read
+    assert '"weights": "declared:tiny@1"' in cache.identity
+    assert len(warnings) == 1 and "on your word" in warnings[0] and "'tiny@1'" in warnings[0]
+    standin.prompts.clear()
+    renamed = connect(standin, "reuse-scores=tiny@2")
+    assert engine.run(renamed, plans, cache=ScoreCache.for_backend(renamed, tmp_path, warn=warnings.append)) == first
+    assert len(standin.prompts) > 1  # another name: read again
+    with pytest.raises(LongctxError, match="reuse-scores: give the deployment a name"):
+        connect(standin, "reuse-scores=")
+
+
+# ------------------------------------------------------------------ credentials in the server's URL
+
+
+def with_credentials(url: str) -> str:
+    return url.replace("http://", "http://user:s3cret@")
+
+
+def test_credentials_in_the_url_are_in_no_error_line(standin):
+    refused = with_credentials(standin.url)
+    down = with_credentials(f"http://127.0.0.1:{unused_port()}/v1")
+    for url, options, expected in [(refused, ["served-model=org/other"], "does not serve 'org/other'"),
+                                   (down, ["retries=0"], "did not answer /models")]:
+        with pytest.raises(LongctxError) as raised:
+            load_backend(url, backend="vllm-server", options=["timeout=5", *options])
+        line = str(raised.value)
+        assert expected in line and "http://***@127.0.0.1:" in line and "s3cret" not in line, line
+
+
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
+def test_credentials_in_the_url_are_in_neither_the_results_json_nor_the_scores_file(standin, data_dir, qwen_tokenizer,
+                                                                                     tmp_path, capsys):
+    import gzip
+
+    from pytest_longctx.cli.main import main
+
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    out, saved = tmp_path / "results.json", tmp_path / "scores.json.gz"
+    code = main(["score", "--model", with_credentials(standin.url), "--backend", "vllm-server", "--data", str(data_dir),
+                 "--sets", "facts", "--lengths", "2k", "--limit", "1", "--out", str(out), "--save_scores", str(saved),
+                 "--quiet"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    shown = standin.url.replace("http://", "http://***@")
+    for text in (out.read_text(), gzip.decompress(saved.read_bytes()).decode(), printed.out + printed.err):
+        assert "s3cret" not in text and "user:" not in text
+    assert json.loads(out.read_text())["meta"]["model"] == shown
+    assert json.loads(gzip.decompress(saved.read_bytes()))["meta"]["model"] == shown
+
+
+# ------------------------------------------------------------------ answers of another shape
+
+
+@pytest.mark.parametrize("path, body, expected", [
+    ("/v1/models", "ready", "/v1/models answered a JSON string where vLLM answers a JSON object"),
+    ("/v1/models", {"data": ["org/tiny"]}, "/v1/models answered without a list of models under 'data', each with an 'id'"),
+    ("/version", [], "/version answered a JSON array where vLLM answers a JSON object"),
+])
+def test_an_answer_of_another_shape_at_the_start_is_one_line_naming_the_endpoint(standin, path, body, expected):
+    standin.shapes[path] = body
+    with pytest.raises(LongctxError) as raised:
+        connect(standin)
+    assert str(raised.value).startswith(standin.url.removesuffix("/v1") + expected), str(raised.value)
+    assert "factory failed" not in str(raised.value)
+
+
+def test_a_completion_of_another_shape_is_one_line_and_leaves_nothing_in_flight(standin):
+    backend = connect(standin)
+    standin.shapes["/v1/completions"] = {"choices": [{"logprobs": {"tokens": ["token_id:1"], "token_logprobs": [-0.5],
+                                                                   "top_logprobs": [["token_id:1"]]}}]}
+    with pytest.raises(LongctxError) as raised:
+        backend.read(list(range(40)), [39], [[1]])
+    assert str(raised.value).startswith(f"{standin.url}/completions answered a completion in another shape than vLLM's "
+                                        "(expected choices[0].logprobs with tokens, token_logprobs and top_logprobs")
+    assert backend.traffic.in_flight == 0
+    assert backend.status().startswith("0 requests in flight")
+
+
+def test_a_tokenize_answer_of_another_shape_is_one_line(standin):
+    standin.tokenize = lambda text: text
+    with pytest.raises(LongctxError, match="/tokenize answered without a list of token ids under 'tokens'"):
+        connect(standin)
+
+
+# ------------------------------------------------------------------ closing
+
+
+@pytest.fixture
+def made(monkeypatch):
+    """Every HTTP client and thread pool the backend makes."""
+    import httpx
+
+    made: dict[str, list] = {"clients": [], "pools": []}
+
+    class Client(httpx.Client):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made["clients"].append(self)
+
+    class Pool(server_module.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made["pools"].append(self)
+
+    monkeypatch.setattr(httpx, "Client", Client)
+    monkeypatch.setattr(server_module, "ThreadPoolExecutor", Pool)
+    return made
+
+
+def closed(made) -> bool:
+    def shut(pool) -> bool:
+        try:
+            pool.submit(int).result()
+        except RuntimeError:  # cannot schedule new futures after shutdown
+            return True
+        return False
+
+    return bool(made["clients"]) and all(c.is_closed for c in made["clients"]) and all(map(shut, made["pools"]))
+
+
+@pytest.mark.parametrize("refusal", ["served-model=org/other", "tokenizer"])
+def test_a_refused_server_closes_its_client_and_its_pool(standin, made, qwen_tokenizer, refusal):
+    if refusal == "tokenizer":
+        standin.tokenize = lambda text: list(text.encode())
+    with pytest.raises(LongctxError):
+        connect(standin, *([refusal] if "=" in refusal else []))
+    assert closed(made)
+
+
+def test_longctx_score_closes_the_backend(standin, made, data_dir, qwen_tokenizer, tmp_path):
+    from pytest_longctx.cli.main import main
+
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    assert main(["score", "--model", standin.url, "--backend", "vllm-server", "--data", str(data_dir), "--sets", "facts",
+                 "--lengths", "2k", "--limit", "1", "--quiet"]) == 0
+    assert len(made["clients"]) == 1 and closed(made)
+
+
+def test_the_plugin_closes_the_backend_it_loaded_and_shows_no_credentials(standin, made, pytester, data_dir,
+                                                                          qwen_tokenizer):
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    import gzip
+
+    baseline, out = pytester.path / "baseline.json.gz", pytester.path / "results.json"
+    junit, markdown = pytester.path / "junit.xml", pytester.path / "summary.md"
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={with_credentials(standin.url)}",
+        "--longctx-backend=vllm-server", f"--longctx-data={data_dir}", "--longctx-sets=facts", "--longctx-lengths=2k",
+        "--longctx-limit=1", f"--longctx-baseline={baseline}", "--longctx-update-baseline", f"--longctx-out={out}",
+        f"--junitxml={junit}", f"--longctx-markdown={markdown}")
+    assert result.ret == 0, result.outlines[-20:]
+    assert len(made["clients"]) == 1 and closed(made)
+    shown = standin.url.replace("http://", "http://***@")
+    assert f"longctx gate: {shown} against itself" in result.stdout.str()
+    written = (result.stdout.str() + result.stderr.str() + out.read_text() + gzip.decompress(baseline.read_bytes()).decode()
+               + junit.read_text() + markdown.read_text())
+    assert "s3cret" not in written and "user:" not in written
+    assert json.loads(out.read_text())["meta"]["model"] == shown

@@ -14,6 +14,8 @@ from pytest_longctx.errors import LongctxError
 
 # At most this many read positions per forward call: bounds the [reads, vocab] logits.
 MAX_READS_PER_CALL = 256
+# how a ``weights`` fingerprint that the user declared (for a model whose files are out of reach) starts
+DECLARED = "declared:"
 TopK = tuple[list[int], list[float]]  # the most likely next tokens at a position and their log-probabilities, most likely first
 
 
@@ -48,7 +50,8 @@ class Backend(Protocol):
     * ``tokenizer``: a Hugging Face tokenizer, for the ``text`` mode; when None,
       ``tokenizer_missing`` may say why;
     * ``describe() -> dict``: model id, weight fingerprint, dtype, device, library versions,
-      recorded in results and baselines;
+      recorded in results and baselines; a ``weights`` of None (no fingerprint) keeps the score
+      cache off, and one that starts with ``DECLARED`` is the user's word, not a measurement;
     * ``context_window``: the longest sequence it was trained for, or None: texts longer than
       that are refused unless the user allows them;
     * ``vocab_size``: the token ids it takes: larger ids are refused before any forward pass;

@@ -5,7 +5,8 @@ A request's key digests the backend's identity — the fingerprints of its weigh
 configuration (never the model's name), dtype, device kind and settings — with the
 request's token ids and reads. A changed checkpoint has other weights or another
 configuration, hence other keys: it is never served a stale answer. Backends that do
-not fingerprint their weights are not cached.
+not fingerprint their weights (a served model) are not cached, unless the user declares
+what they serve: the key then holds that declaration, and each run says it is trusted.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from pytest_longctx.backends.base import Backend, describe
+from pytest_longctx.backends.base import DECLARED, Backend, describe
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, unwritable
 from pytest_longctx.scoring.engine import Answers, Request
@@ -63,6 +64,10 @@ class ScoreCache:
         info = describe(backend)
         if not info.get("weights"):
             return None
+        if str(info["weights"]).startswith(DECLARED):
+            warn(f"the score cache reuses answers for {info.get('model')} on your word: it is taken to serve what was declared "
+                 f"as {info['weights'].removeprefix(DECLARED)!r}, which the cache cannot check; declare a new name whenever "
+                 "what it serves changes (docs/backends.md#vllm)")
         identity = json.dumps({k: info.get(k) for k in IDENTITY}, sort_keys=True)
         try:
             where = Path(folder) if folder is not None else cache_dir("scores")

@@ -19,7 +19,7 @@ from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.vllm.in_process import VllmBackend
 from pytest_longctx.backends.vllm.options import engine_options, server_options
 from pytest_longctx.backends.vllm.server import VllmServerBackend
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, without_credentials
 
 
 def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
@@ -46,12 +46,14 @@ def server_factory(model: str, dtype: str = "auto", device: str = "auto",
         raise LongctxError("--dtype and --device do not apply to a vLLM server: it runs the model as it was started "
                            "(vllm serve --dtype …)")
     settings = server_options(options or {})
+    shown = without_credentials(model)
     if model.startswith(("http://", "https://")):
         if settings.base_url and settings.base_url != model:
-            raise LongctxError(f"--model {model} and --backend-option base-url={settings.base_url}: give the server once")
+            raise LongctxError(f"--model {shown} and --backend-option base-url={without_credentials(settings.base_url)}: give "
+                               "the server once")
         settings = replace(settings, base_url=model)
     elif not settings.base_url:
-        raise LongctxError(f"--model {model}: the vllm-server backend needs the server: --model http://HOST:PORT/v1, or "
+        raise LongctxError(f"--model {shown}: the vllm-server backend needs the server: --model http://HOST:PORT/v1, or "
                            "--backend-option base-url=http://HOST:PORT/v1 with the served model's name as --model")
     else:
         settings = replace(settings, served_model=settings.served_model or model)

@@ -75,6 +75,7 @@ class ServerOptions:
     concurrency: int = 16  # requests in flight at once
     max_logprobs: int = 20  # the server's --max-logprobs: the ids a request may ask for
     api_key_env: str = "VLLM_API_KEY"  # the environment variable that holds the API key, if the server wants one
+    reuse_scores: str = ""  # the user's name for what the server serves: answers kept under it are reused; "": none are
 
 
 def _number(kind: type) -> Callable[[str], Any]:
@@ -90,7 +91,7 @@ def _number(kind: type) -> Callable[[str], Any]:
 SERVER_OPTIONS = {"base-url": ("base_url", str), "served-model": ("served_model", str), "tokenizer": ("tokenizer", str),
                   "timeout": ("timeout", _number(float)), "retries": ("retries", _number(int)),
                   "concurrency": ("concurrency", _number(int)), "max-logprobs": ("max_logprobs", _number(int)),
-                  "api-key-env": ("api_key_env", str)}
+                  "api-key-env": ("api_key_env", str), "reuse-scores": ("reuse_scores", str)}
 
 
 def server_options(options: Mapping[str, str]) -> ServerOptions:
@@ -105,4 +106,7 @@ def server_options(options: Mapping[str, str]) -> ServerOptions:
             raise LongctxError(f"--backend-option {field.replace('_', '-')}: must be above 0")
     if settings.retries < 0:
         raise LongctxError("--backend-option retries: must be 0 or more")
+    if "reuse-scores" in options and not settings.reuse_scores:
+        raise LongctxError("--backend-option reuse-scores: give the deployment a name that changes whenever what it serves "
+                           "changes (reuse-scores=my-model-fp8@rev3); leave the option out to reuse no answers")
     return settings

@@ -38,9 +38,10 @@ class VllmReadSession:
             raise LongctxError(f"read position outside the {len(ids)} tokens given")
         full = self.ids + tuple(int(t) for t in ids)
         limit = self.host.max_model_len
-        if positions and limit is not None and len(self.ids) + max(positions) + 1 > limit:
-            raise LongctxError(f"a read needs a prompt of {len(self.ids) + max(positions) + 1} tokens, beyond vLLM's max_model_len "
-                               f"of {limit}: start vLLM with a larger --max-model-len (or score shorter lengths)")
+        longest = len(self.ids) + max(positions, default=-1) + 1
+        if positions and limit is not None and longest >= limit:  # the generated token needs a place too
+            raise LongctxError(f"a read needs a prompt of {longest} tokens and the token vLLM generates after it, beyond vLLM's "
+                               f"max_model_len of {limit}: start vLLM with a larger --max-model-len (or score shorter lengths)")
         self.ids = full
         if not positions:
             return ReadResult([], [], [] if top_k else None)
