@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -269,33 +270,84 @@ def w8a8_twin(folder: Path, source: str, activations: bool = True):
     return backend
 
 
+def seven_bit_weights(folder: Path) -> None:
+    """Halve a W8A8 checkpoint's int8 weights in place (each scale doubled), so that no weight
+    exceeds 64 in magnitude: the same scheme, one bit of weight precision less."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    for name in [name for name in tensors if name.endswith(".weight_scale")]:
+        weight = name.removesuffix("_scale")
+        tensors[weight] = torch.round(tensors[weight].float() / 2).to(torch.int8)
+        tensors[name] = tensors[name] * 2
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def cpu_has_vnni() -> bool:
+    """Whether the CPU multiplies int8 by int8 into int32 in one instruction (AVX-512 VNNI or
+    AVX-VNNI): without it oneDNN sums pairs of u8 x s8 products in int16 first."""
+    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "").split()
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags))
+
+
 def test_a_w8a8_int8_checkpoint_runs_the_arithmetic_it_describes(smollm2, tmp_path):
     """benchmarks/variants.py's w8a8-int8 (compressed-tensors: int8 weights per output channel,
     int8 activations per token), of a tiny Llama: vLLM loads it as int8 and reads it as the
     same arithmetic done by hand in float reads it, far closer than the same int8 weights
     with float activations or the float model. (On SmolLM2, 30 layers deep, a rounding
     boundary crossed by a float-order difference moves a read by 0.06 nats on average, as much
-    as the scheme itself: the match is only measurable on a shallow model.)"""
+    as the scheme itself: the match is only measurable on a shallow model.)
+
+    Except on a CPU without VNNI: there vLLM 0.32's oneDNN int8 product sums pairs of
+    (activation + 128) x weight products in int16, which full-range int8 weights overflow
+    (255 x 127 x 2 > 32767), and the reads move 0.017 nats on average from every hand-made
+    model, eight times the scheme's own effect (measured on an AVX2 CPU). With weights of at
+    most 64 in magnitude the pairs fit, and the same CPU reads the hand-made arithmetic
+    again: the test checks both, so the saturation is what it names, on every CPU."""
     from pytest_longctx.backends import load_backend
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from variants import build
 
     source = tiny_llama(tmp_path / "tiny-llama", smollm2)
-    folder = build(source, tmp_path / "variants", ("w8a8-int8",))["w8a8-int8"]
     ids = np.random.default_rng(0).integers(0, 49152, 700).tolist()
     positions = list(range(20, 700, 40))
     tokens = [[ids[p + 1], 7] for p in positions]
-    backend, _ = load_backend(str(folder), backend="vllm", options=ENGINE)
-    try:
-        assert backend.describe()["quantization"] == "compressed-tensors"
-        served = np.concatenate(backend.read(ids, positions, tokens).logprobs)
-    finally:
-        backend.close()
-    others = {"twin": w8a8_twin(folder, source), "int8 weights only": w8a8_twin(folder, source, activations=False),
-              "float": load_backend(source, dtype="float32")[0]}
-    gaps = {name: np.abs(served - np.concatenate(other.read(ids, positions, tokens).logprobs)) for name, other in others.items()}
-    say("vLLM W8A8 int8, tiny Llama: reads differ (mean / max nats) " +
-        ", ".join(f"from {name} {gap.mean():.2g} / {gap.max():.2g}" for name, gap in gaps.items()))
-    assert gaps["twin"].max() < TOLERANCE
-    assert gaps["int8 weights only"].mean() > 20 * gaps["twin"].mean() and gaps["float"].mean() > 20 * gaps["twin"].mean()
+
+    def reads(folder: Path) -> dict[str, np.ndarray]:
+        """The log-probabilities vLLM serves for ``folder`` and those of the three hand-made models."""
+        backend, _ = load_backend(str(folder), backend="vllm", options=ENGINE)
+        try:
+            assert backend.describe()["quantization"] == "compressed-tensors"
+            found = {"vLLM": np.concatenate(backend.read(ids, positions, tokens).logprobs)}
+        finally:
+            backend.close()
+        others = {"twin": w8a8_twin(folder, source), "int8 weights only": w8a8_twin(folder, source, activations=False),
+                  "float": load_backend(source, dtype="float32")[0]}
+        found.update({name: np.concatenate(other.read(ids, positions, tokens).logprobs) for name, other in others.items()})
+        say(f"vLLM W8A8 int8 ({folder.name}), tiny Llama: reads differ (mean / max nats) " +
+            ", ".join(f"from {name} {gap(found, 'vLLM', name):.2g} / {np.abs(found['vLLM'] - found[name]).max():.2g}"
+                      for name in others))
+        return found
+
+    def gap(found: dict[str, np.ndarray], one: str, other: str) -> float:
+        return float(np.abs(found[one] - found[other]).mean())
+
+    def matches_twin(found: dict[str, np.ndarray]) -> bool:
+        # mean, not max: an activation that lies on a rounding boundary rounds either way under
+        # another float order, and one such step moves a read by about 1e-3 nats
+        twin = gap(found, "vLLM", "twin")
+        return twin < 1e-4 and min(gap(found, "vLLM", "int8 weights only"), gap(found, "vLLM", "float")) > 10 * twin
+
+    full = build(source, tmp_path / "variants", ("w8a8-int8",))["w8a8-int8"]
+    seven = tmp_path / "w8a8-int8-7bit"
+    shutil.copytree(full, seven)
+    seven_bit_weights(seven)
+    full_range = reads(full)
+    assert matches_twin(reads(seven))
+    if cpu_has_vnni():
+        assert matches_twin(full_range)
+    else:  # saturated: farther from the arithmetic it describes than that arithmetic is from the float model
+        assert gap(full_range, "vLLM", "twin") > 4 * gap(full_range, "twin", "float")
