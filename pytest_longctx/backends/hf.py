@@ -70,7 +70,8 @@ def resolve_dtype(dtype: str, device: str):
     torch = _torch()
     if dtype not in DTYPES:
         raise LongctxError(f"--dtype {dtype}: the transformers backend loads weights as one of {', '.join(DTYPES)}; "
-                           "an integer or 8-bit model is a quantized checkpoint (a GGUF file: --backend llama.cpp)")
+                           "a quantized checkpoint loads with --dtype auto, its own quantization_config kept (a GGUF "
+                           "file also with --backend llama.cpp)")
     if dtype == "auto":
         return torch.float32 if device == "cpu" else "auto"
     return getattr(torch, dtype)
