@@ -422,6 +422,13 @@ def test_credentials_in_the_url_are_in_no_error_line(standin):
             load_backend(url, backend="vllm-server", options=["timeout=5", *options])
         line = str(raised.value)
         assert expected in line and "http://***@127.0.0.1:" in line and "s3cret" not in line, line
+    for options, expected in [([f"base_url={refused}"], "has no option 'base_url'"),
+                              ([f"base-url={refused}", f"base-url={refused}"], "given twice"),
+                              ([refused], "expected KEY=VALUE")]:
+        with pytest.raises(LongctxError) as raised:
+            load_backend("org/tiny", backend="vllm-server", options=options)
+        line = str(raised.value)
+        assert expected in line and "http://***@127.0.0.1:" in line and "s3cret" not in line, line
 
 
 def unused_port() -> int:

@@ -23,9 +23,9 @@ def backend_options(pairs: Sequence[str]) -> dict[str, str]:
         key, equals, value = pair.partition("=")
         key = key.strip()
         if not equals or not key:
-            raise LongctxError(f"--backend-option {pair!r}: expected KEY=VALUE, e.g. cache-type-k=q8_0")
+            raise LongctxError(without_credentials(f"--backend-option {pair!r}: expected KEY=VALUE, e.g. cache-type-k=q8_0"))
         if key in options:
-            raise LongctxError(f"--backend-option {key}: given twice ({key}={options[key]} and {pair})")
+            raise LongctxError(without_credentials(f"--backend-option {key}: given twice ({key}={options[key]} and {pair})"))
         options[key] = value.strip()
     return options
 
@@ -37,13 +37,13 @@ def option_values(options: Mapping[str, str], table: Mapping[str, tuple[str, Cal
     values: dict[str, Any] = {}
     for key, raw in options.items():
         if key not in table:
-            raise LongctxError(f"--backend-option {key}={raw}: the {backend} backend has no option {key!r}; "
-                               f"it takes {', '.join(table)}")
+            raise LongctxError(without_credentials(f"--backend-option {key}={raw}: the {backend} backend has no option "
+                                                   f"{key!r}; it takes {', '.join(table)}"))
         field, parse = table[key]
         try:
             values[field] = parse(raw)
         except ValueError as exc:
-            raise LongctxError(f"--backend-option {key}={raw}: {exc}") from None
+            raise LongctxError(without_credentials(f"--backend-option {key}={raw}: {exc}")) from None
     return values
 
 
