@@ -70,6 +70,12 @@ def slow(messages, probe, *, keep: int = 3):
     return messages[-keep:]
 
 
+@conventions(cache=("pytest",))
+def slow_reading_the_model(messages, probe, *, scorer):
+    CALLS.append(probe)
+    return messages[-2:]
+
+
 def test_the_probe_as_the_last_message_goes_in_and_is_taken_off(sessions, reader):
     item = sessions[0]
     done = compress_one(resolve(f"{__name__}:with_prompt", {}), "train", item, reader)
@@ -170,3 +176,22 @@ def test_a_slow_compressor_is_read_from_its_cache_on_the_second_run(sessions, qw
     compress_one(resolve("last_messages", {"count": 2}), "train", sessions[0], cached)  # built-ins are not cached
     assert len(list((tmp_path / "compressed").glob("*.json"))) == 5 and not warnings
     assert CompressionCache.at("off", warnings.append) is None
+
+
+def test_a_slow_compressor_that_reads_a_model_without_a_weight_fingerprint_is_not_kept(sessions, qwen_tokenizer, tmp_path):
+    class Served:
+        """A model whose weights nothing fingerprints (a vLLM server without reuse-scores)."""
+
+        def read(self, ids, positions, tokens, top_k=0):
+            raise AssertionError("not read here")
+
+        def describe(self):
+            return {"weights": None}
+
+    reader = Reader(qwen_tokenizer, "the tokenizer of a served model", backend=Served(), scorer=object())
+    reader.cache = CompressionCache.at(tmp_path, print)
+    compressor = resolve(f"{__name__}:slow_reading_the_model", {})
+    CALLS.clear()
+    for _ in range(2):
+        compress_one(compressor, "train", sessions[0], reader)
+    assert len(CALLS) == 2 and not list((tmp_path / "compressed").glob("*.json"))

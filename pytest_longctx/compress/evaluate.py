@@ -58,11 +58,14 @@ class Reader:
                                "give the model (--longctx-model, or --model for compress-bench)")
         return {"tokenizer": self.tokenizer, "encoding": self.encoding, "scorer": self.scorer}
 
-    def given(self, compressor: Compressor) -> str:
+    def given(self, compressor: Compressor) -> str | None:
         """What a compressor's output depends on besides the session and its knobs: the
-        tokenizer, and the model when it reads one."""
-        model = describe(self.backend).get("weights") if self.backend is not None and "scorer" in compressor.needs else None
-        return json.dumps([self.tokenizer_name, model])
+        tokenizer, and the model when it reads one; None when nothing fingerprints that
+        model's weights (a served one): then nothing names the output, and it is not kept."""
+        if self.backend is None or "scorer" not in compressor.needs:
+            return json.dumps([self.tokenizer_name, None])
+        weights = describe(self.backend).get("weights")
+        return json.dumps([self.tokenizer_name, weights]) if weights else None
 
     def content_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens of the messages' contents, each counted alone: no chat markup, so merging
@@ -99,9 +102,10 @@ def retained_facts(item: FaithfulnessItem, messages: Sequence[Message]) -> int:
 
 def _compressed(compressor: Compressor, item: FaithfulnessItem, reader: Reader, services: dict[str, Any]) -> Compression:
     """The compressor's output, from the cache when it asks for one and has it there."""
-    if reader.cache is None or not compressor.conventions.cache:
+    given = reader.given(compressor) if reader.cache is not None and compressor.conventions.cache else None
+    if reader.cache is None or given is None:
         return compressor(item, services)
-    key = reader.cache.key(compressor, item, reader.given(compressor))
+    key = reader.cache.key(compressor, item, given)
     found = reader.cache.get(key)
     if found is None:
         found = compressor(item, services)
