@@ -39,9 +39,11 @@ import resource
 import sys
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from pytest_longctx.backends.base import ReadResult, ReadSession, SessionBackend
 
 GROUPS = {"facts": ["facts"], "tool_calls": ["tool_calls"], "rules (en+cs+de)": ["rules_en", "rules_cs", "rules_de"]}
 
@@ -87,29 +89,41 @@ def naive_run(backend: Any, plans: list) -> int:
     return forwarded
 
 
-def engine_run(backend: Any, plans: list) -> int:
+class CountingSession:
+    """A ``ReadSession`` that forwards to another and counts the tokens it runs: written
+    against the protocol's own signatures, so a change of them fails here at once."""
+
+    def __init__(self, inner: ReadSession, forwarded: list[int]):
+        self.inner = inner
+        self.forwarded = forwarded
+
+    def advance(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]],
+                top_k: int = 0) -> ReadResult:
+        self.forwarded[0] += len(ids)
+        return self.inner.advance(ids, positions, tokens, top_k)
+
+    def snapshot(self) -> Any:
+        return self.inner.snapshot()
+
+    def restore(self, snapshot: Any, last: bool = False) -> None:
+        self.inner.restore(snapshot, last)
+
+
+def engine_run(backend: SessionBackend, plans: list) -> int:
     """The engine, counting the tokens its sessions really forward."""
     from pytest_longctx.scoring import engine
 
     forwarded = [0]
     make_session = backend.session
 
-    def counting_session():
-        session = make_session()
-        advance = session.advance
+    def counting_session() -> ReadSession:
+        return CountingSession(make_session(), forwarded)
 
-        def counted(ids, positions, tokens):
-            forwarded[0] += len(ids)
-            return advance(ids, positions, tokens)
-
-        session.advance = counted
-        return session
-
-    backend.session = counting_session
+    backend.session = counting_session  # type: ignore[method-assign]
     try:
         engine.run(backend, plans)
     finally:
-        backend.session = make_session
+        backend.session = make_session  # type: ignore[method-assign]
     return forwarded[0]
 
 

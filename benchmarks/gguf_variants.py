@@ -32,20 +32,15 @@ take a K-quant: the "Q2_K" file holds no 2-bit tensor.
 
     python benchmarks/gguf_variants.py --out variants --fixed-by blame.json
 
-instead makes the fix set of a ``longctx blame --backend llama.cpp --out blame.json``: its
-``llama-quantize`` command (``fix_set.recipe``) run through llama-cpp-python's quantizer,
-for where the ``llama-quantize`` tool is not installed.
+instead makes the fix set of a ``longctx blame --backend llama.cpp --out blame.json`` as
+``longctx quantize --fixed-by blame.json`` does, named ``<original>-<type>-fixed.gguf`` in
+``--out``.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 # the file types to quantize to, as llama.cpp names them (llama_ftype LLAMA_FTYPE_MOSTLY_<name>)
 QUANTS = ("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K")
@@ -106,82 +101,11 @@ def noted(path: Path) -> str:
     return line
 
 
-def quantize(source: Path, target: Path, file_type: str, threads: int,
-             tensor_types: Sequence[tuple[str, str]] = (), requantize: bool = False) -> None:
-    """``source`` quantized to ``file_type`` by llama.cpp's own quantizer, with llama-quantize's
-    ``--tensor-type PATTERN=TYPE`` overrides (``tensor_types``, in order) and
-    ``--allow-requantize`` (``requantize``)."""
-    import ctypes
-
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
-    params.nthread = threads
-    params.allow_requantize = requantize
-    if tensor_types:  # a table ended by an empty pattern, as llama-quantize passes it
-        table = (llama_cpp.llama_model_tensor_override * (len(tensor_types) + 1))()
-        for slot, (pattern, kind) in zip(table, tensor_types):
-            slot.pattern, slot.type = pattern.encode(), getattr(llama_cpp, f"GGML_TYPE_{kind.upper()}")
-        table[len(tensor_types)].pattern, table[len(tensor_types)].type = None, llama_cpp.GGML_TYPE_COUNT
-        params.tt_overrides = ctypes.cast(table, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
-    partial = target.with_name(f".{target.name}.partial")
-    status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
-    if status != 0:
-        raise SystemExit(f"llama.cpp's quantizer failed on {source} -> {file_type} (status {status})")
-    partial.rename(target)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A ``llama-quantize`` command as ``longctx blame`` prints a fix set's."""
-
-    original: Path
-    file_type: str
-    tensor_types: tuple[tuple[str, str], ...]
-    requantize: bool
-
-    @classmethod
-    def parse(cls, lines: Sequence[str]) -> Recipe:
-        """The command's lines (continued with backslashes; a note after them is not part of it)."""
-        command: list[str] = []
-        for line in lines:
-            command.append(line.rstrip().removesuffix("\\"))
-            if not line.rstrip().endswith("\\"):
-                break
-        words = shlex.split(" ".join(command))
-        if words[:1] != ["llama-quantize"] or len(words) < 4:
-            raise SystemExit(f"not a llama-quantize command: {' '.join(command)!r}")
-        *flags, original, _, file_type = words[1:]
-        tensor_types, requantize = [], False
-        while flags:
-            flag = flags.pop(0)
-            if flag == "--allow-requantize":
-                requantize = True
-            elif flag == "--tensor-type" and flags:
-                pattern, _, kind = flags.pop(0).rpartition("=")
-                tensor_types.append((pattern, kind))
-            else:
-                raise SystemExit(f"llama-quantize flag {flag!r} is not one a fix set's command holds")
-        return cls(Path(original), file_type, tuple(tensor_types), requantize)
-
-
-def fixed_by(blame_json: Path, out: Path, threads: int) -> Path:
-    """The fix set of a ``longctx blame --backend llama.cpp --out`` file, made from its original by
-    llama.cpp's quantizer with the printed command's overrides: ``<out>/<original stem>-<type>-fixed.gguf``."""
-    fix_set = json.loads(blame_json.read_text()).get("fix_set") or {}
-    if not fix_set.get("recipe"):
-        raise SystemExit(f"{blame_json}: no llama-quantize command in fix_set.recipe (a llama.cpp blame with a fix set writes one)")
-    recipe = Recipe.parse(fix_set["recipe"])
-    stem = recipe.original.name.removesuffix(".gguf").removesuffix("-f32")
-    target = out / f"{stem}-{recipe.file_type}-fixed.gguf"
-    quantize(recipe.original, target, recipe.file_type, threads, recipe.tensor_types, recipe.requantize)
-    return target
-
-
 def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0) -> dict[str, Path]:
     """name -> .gguf file, built when missing; ``F32`` is the full-precision reference."""
     from pytest_longctx.backends.aliases import smollm2_gguf
+    from pytest_longctx.backends.llama_cpp.quantize import quantize
+    from pytest_longctx.backends.llama_cpp.settings import default_threads
 
     out.mkdir(parents=True, exist_ok=True)
     reference = out / f"{STEM}-f32.gguf"
@@ -194,7 +118,7 @@ def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0
             continue
         target = out / f"{STEM}-{name}.gguf"
         if not target.exists():
-            quantize(reference, target, name, threads or len(os.sched_getaffinity(0)))
+            quantize(reference, target, name, threads or default_threads())
             print(f"{name}: {target.name} holds {noted(target)}", file=sys.stderr, flush=True)
         built[name] = target
     return {name: built[name] for name in names}
@@ -209,7 +133,11 @@ def main() -> None:
                              "as its llama-quantize command would")
     args = parser.parse_args()
     if args.fixed_by:
-        target = fixed_by(args.fixed_by, args.out, len(os.sched_getaffinity(0)))
+        from pytest_longctx.cli.quantize import fix_set_command, fixed_by
+
+        command = fix_set_command(str(args.fixed_by))
+        stem = Path(command.original).name.removesuffix(".gguf").removesuffix("-f32")
+        target = fixed_by(str(args.fixed_by), str(args.out / f"{stem}-{command.file_type}-fixed.gguf"))
         print(f"{target} ({target.stat().st_size / 2**20:.0f} MiB), holds {noted(target)}")
         return
     from pytest_longctx.backends.aliases import smollm2_gguf

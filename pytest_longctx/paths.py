@@ -6,9 +6,11 @@ import os
 import shutil
 import signal
 import stat
+import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from pytest_longctx.errors import LongctxError
 
@@ -45,24 +47,36 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     if kept_mode is not None and not kept_mode & 0o222:
         raise LongctxError(f"{path}: {read_only(kept_mode)}")
     _remove(partial)  # left over by an interrupted run with the same process id
-    restore = _remove_on_sigterm(partial)
-    try:
-        write(partial)
-        if partial.is_dir() and target.is_dir():
-            # another process made the folder while this one wrote it (pytest -n 2 converting one model
-            # in each worker): a folder only ever appears whole, in one rename, so it is complete
-            # and stands; os.replace cannot put a folder onto a folder that is not empty anyway
+    with _removed_on_sigterm(partial):
+        try:
+            write(partial)
+            if partial.is_dir() and target.is_dir():
+                # another process made the folder while this one wrote it (pytest -n 2 converting one model
+                # in each worker): a folder only ever appears whole, in one rename, so it is complete
+                # and stands; os.replace cannot put a folder onto a folder that is not empty anyway
+                _remove(partial)
+            else:
+                if kept_mode is not None:
+                    os.chmod(partial, kept_mode)  # the file replaced keeps its permissions (0600 stays 0600)
+                os.replace(partial, target)
+        except BaseException:
             _remove(partial)
-        else:
-            if kept_mode is not None:
-                os.chmod(partial, kept_mode)  # the file replaced keeps its permissions (0600 stays 0600)
-            os.replace(partial, target)
-    except BaseException:
-        _remove(partial)
-        raise
-    finally:
-        restore()
+            raise
     return path
+
+
+@contextmanager
+def temporary_folder(parent: str | os.PathLike | None, prefix: str) -> Iterator[Path]:
+    """A new folder in ``parent`` (None: the system's temporary folder) named ``prefix…``,
+    removed with what it holds when the block ends, and on SIGTERM; ``parent`` is made when missing."""
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        with _removed_on_sigterm(folder):
+            yield folder
+    finally:
+        _remove(folder)
 
 
 def _file_mode(path: Path) -> int | None:
@@ -78,22 +92,35 @@ def read_only(mode: int) -> str:
     return f"the file is read-only, mode {mode:04o}, so it is not replaced: chmod u+w it to replace it"
 
 
-def _remove_on_sigterm(partial: Path) -> Callable[[], None]:
-    """While ``partial`` is written, SIGTERM removes it before ending the process as its
-    default action does; returns what puts the previous handling back. Only where SIGTERM
-    has its default action (a handler of the program's own decides for itself; when it
-    raises, the ``except`` above removes the file) and in the main thread, the only one
-    that may set a handler."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        return lambda: None
+_DOOMED: list[Path] = []  # what SIGTERM removes before it ends the process
 
-    def terminated(signum: int, frame: object) -> None:
-        _remove(partial)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, terminated)
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+@contextmanager
+def _removed_on_sigterm(path: Path) -> Iterator[None]:
+    """While the block runs, SIGTERM removes ``path`` (a file or a folder) before ending the
+    process as its default action does; blocks may nest, each adding its path. Only where
+    SIGTERM has its default action or this handling (a handler of the program's own decides
+    for itself; when it raises, the caller's cleanup runs) and in the main thread, the only
+    one that may set a handler."""
+    handling = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or handling not in (signal.SIG_DFL, _terminated):
+        yield
+        return
+    _DOOMED.append(path)
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        _DOOMED.remove(path)
+        if not _DOOMED:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    for path in reversed(_DOOMED):
+        _remove(path)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def unwritable(path: str | os.PathLike, folder: bool = False) -> str | None:

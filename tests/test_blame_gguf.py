@@ -5,27 +5,37 @@ fixed by exactly the planted layers, the fix set's llama-quantize arguments and 
 tensors' own, a quantized KV cache is one more part, and bad input is one line."""
 from __future__ import annotations
 
+import gc
+import html
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import textwrap
+import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import needs, needs_smollm2
 
+from pytest_longctx.backends.llama_cpp import hybrids
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
 from pytest_longctx.backends.llama_cpp.hybrids import GGUFFile, GGUFPair, gguf_parts, write_hybrid
+from pytest_longctx.backends.llama_cpp.quantize import quantize
 from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
 from pytest_longctx.backends.llama_cpp.settings import Settings
 from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, select_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.gate.blame import Blame, RowState, blame_pair
+from pytest_longctx.reports.blame import RECIPE, blame_html, blame_markdown, blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
 
 HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 4
@@ -95,19 +105,38 @@ def vocab():
     return len(LlamaCppBackend.load(smollm2_gguf()).tokenizer)
 
 
-@pytest.fixture(scope="module")
-def files(vocab, tmp_path_factory):
+def planted_pair(folder: Path, vocab: int) -> tuple[Path, Path]:
     """The original (F32) and the candidate: planted layers with noise (a third of each tensor's spread: enough to
     fail, not so much that one planted layer alone ruins the model and restoring the other changes nothing) and stored
     as Q8_0."""
-    folder = tmp_path_factory.mktemp("gguf")
     clean = tensors_of(vocab)
     damaged = dict(clean)
     rng = np.random.default_rng(7)
-    planted = {f"blk.{n}.{m}.weight" for n in PLANTED for m in MATRICES}
-    for name in planted:
+    planted = [f"blk.{n}.{m}.weight" for n in PLANTED for m in MATRICES]
+    for name in planted:  # in a fixed order: a set's order of strings changes with each process's hash seed
         damaged[name] = (clean[name] + rng.standard_normal(clean[name].shape) * clean[name].std() / 3).astype(np.float32)
-    return write_gguf(folder / "original.gguf", clean), write_gguf(folder / "candidate.gguf", damaged, planted)
+    return write_gguf(folder / "original.gguf", clean), write_gguf(folder / "candidate.gguf", damaged, set(planted))
+
+
+@pytest.fixture(scope="module")
+def files(vocab, tmp_path_factory):
+    return planted_pair(tmp_path_factory.mktemp("gguf"), vocab)
+
+
+def test_the_planted_pair_is_the_same_bytes_in_every_process(files, vocab, tmp_path):
+    """What made blame's figures on these files vary from one process to the next (docs/backends.md)."""
+    made = [files]
+    for seed in ("1", "2"):  # another hash seed, as another process has
+        folder = tmp_path / seed
+        folder.mkdir()
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from test_blame_gguf import planted_pair; "
+                        "planted_pair(Path(sys.argv[1]), int(sys.argv[2]))", str(folder), str(vocab)], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(map(str, (
+                           Path(__file__).parent, Path(__file__).parents[1])))})
+        made.append((folder / "original.gguf", folder / "candidate.gguf"))
+    for original, candidate in made[1:]:
+        assert original.read_bytes() == made[0][0].read_bytes()
+        assert candidate.read_bytes() == made[0][1].read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -179,17 +208,18 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     found = blame_pair(pair, dataset, None, progress=False)
     assert not found.passed and found.rows
     planted = [f"layer.{n}" for n in PLANTED]
-    # llama.cpp reads these tiny files a little differently from one process to the next (restoring layer 3 alone
-    # took away 5 % or 16 % of the far drift in two runs, and nothing in a third), so which planted layer comes
-    # second, and whether the fix set needs it, is not fixed; that a planted layer leads and the clean parts
-    # account for nothing is
-    assert found.parts[0].part.name in planted
+    # both planted layers first, layer 1 (73 % of the far drift) before layer 3 (5 %), in every process: the files are
+    # the same bytes in each (test_the_planted_pair_is_the_same_bytes_in_every_process) and llama.cpp reads a file
+    # the same bits whatever the process or thread count (docs/backends.md)
+    assert [p.part.name for p in found.parts[:2]] == planted
+    first, second = found.parts[:2]
     for row in found.rows:
-        assert found.restore_share(found.parts[0], row) > 0.0 and found.damage_share(found.parts[0], row) > 0.0
-        clean = [p for p in found.parts if p.part.name not in planted]
-        assert all(abs(found.restore_share(p, row)) < 1e-9 for p in clean)  # clean parts restore nothing
-        assert all(found.damage_share(p, row) == 0.0 for p in clean)
-    assert found.fix_set and set(found.fix_set) <= set(planted) and found.fixed
+        assert found.restore_share(first, row) > found.restore_share(second, row) > 0.0
+        # with two damaged layers, restoring one is damaging the original with the other: the same file, read the same
+        assert first.restore[row] == second.damage[row] and second.restore[row] == first.damage[row]
+        assert all(found.restore_share(p, row) == 0.0 for p in found.parts[2:])  # clean parts restore nothing
+        assert all(found.damage_share(p, row) == 0.0 for p in found.parts[2:])
+    assert found.fix_set == planted and found.fixed
     assert [p.part.name for p in found.parts if not p.unchanged] == planted  # the rest: the same blocks in both files
     assert found.verification["passed"], found.verification["failing"]
     # the cost from the tensors themselves: F32 in the original, Q8_0 matrices (34 bytes a block of 32) in the candidate
@@ -200,22 +230,11 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     stems = "|".join(MATRICES)
     assert found.recipe == ["llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\"
                                                     for n in (int(name[-1]) for name in found.fix_set)),
-                            *pins(found.fix_set), "  original.gguf fixed.gguf Q8_0"]
+                            *pins(found.fix_set), f"  {files[0]} fixed.gguf Q8_0"]  # the file, not its name here
     pattern = found.recipe[1].split("'")[1].rsplit("=", 1)[0]
     every = list(GGUFFile(files[0], "--model", "x").tensors)
     layer = found.fix_set[0][-1]
     assert [n for n in every if re.search(pattern, n)] == [f"blk.{layer}.{m}.weight" for m in MATRICES]
-
-
-def quantized_with(source, target, file_type: str, recipe: list[str] = ()) -> None:
-    """``source`` quantized by llama.cpp's own quantizer (what llama-quantize runs), with the
-    overrides of ``recipe`` (a printed llama-quantize command) read by the benchmark that makes
-    fix sets from blame's results (benchmarks/gguf_variants.py)."""
-    from gguf_variants import Recipe, quantize
-
-    found = Recipe.parse(recipe) if recipe else None
-    assert found is None or (found.file_type, found.original) == (file_type, Path(source))
-    quantize(Path(source), target, file_type, 2, found.tensor_types if found else (), found is not None and found.requantize)
 
 
 @pytest.mark.parametrize("file_type, granularity, kept_parts, pinned", [
@@ -223,9 +242,9 @@ def quantized_with(source, target, file_type: str, recipe: list[str] = ()) -> No
     # a mix: the quantizer gives attn_v and ffn_down more bits in layers 0 and 2 of 4, counting as it goes;
     # keeping layer 1 would move the extra bits to layer 3 unless the recipe pins those tensors
     ("Q4_K_M", "layer", ["layer.1"], 4)])
-def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, tmp_path, file_type, granularity, kept_parts,
-                                                                         pinned):
-    quantized_with(files[0], tmp_path / "candidate.gguf", file_type)  # the original as the quantizer makes it
+def test_longctx_quantize_makes_from_the_original_what_the_recipe_says(files, tmp_path, file_type, granularity, kept_parts,
+                                                                       pinned):
+    quantize(files[0], tmp_path / "candidate.gguf", file_type, 2)  # the original as llama.cpp's quantizer makes it
     pair = GGUFPair(str(files[0]), str(tmp_path / "candidate.gguf"), (SETTINGS, SETTINGS), names=(str(files[0]), "c.gguf"))
     candidate = GGUFFile(tmp_path / "candidate.gguf", "--model", "c")
     assert (len({candidate.type_of(f"blk.{n}.attn_v.weight") for n in range(LAYERS)}) > 1) == (pinned > 0)
@@ -236,7 +255,9 @@ def test_the_recipe_is_what_llama_cpp_s_quantizer_makes_of_the_original(files, t
     for line in overrides[len(kept):]:  # the pins: the kinds chosen by position, outside the kept layer
         matched = [n for n in candidate.tensors if re.search(line.split("'")[1].rsplit("=", 1)[0], n)]
         assert matched and all(re.fullmatch(r"blk\.[023]\.(attn_v|ffn_down)\.weight", n) for n in matched), line
-    quantized_with(files[0], tmp_path / "fixed.gguf", file_type, recipe)
+    (tmp_path / "blame.json").write_text(json.dumps({"fix_set": {"recipe": recipe}}))  # as longctx blame --out writes it
+    assert main(["quantize", "--fixed-by", str(tmp_path / "blame.json"), "--out", str(tmp_path / "fixed.gguf"),
+                 "--threads", "2"]) == 0
     original = GGUFFile(files[0], "--reference", "o")
     write_hybrid(candidate, original, {n for p in kept for n in p.parameters}, tmp_path / "hybrid.gguf")
     fixed, hybrid = (GGUFFile(tmp_path / f, "--model", f) for f in ("fixed.gguf", "hybrid.gguf"))
@@ -270,7 +291,7 @@ def test_a_quantized_kv_cache_is_one_more_part(files, dataset):
     for base, taken, expected in ((CANDIDATE, kv, plain), (CANDIDATE, [], rounded), (ORIGINAL, kv, rounded), (ORIGINAL, [], plain)):
         with pair.hybrid(base, taken, "kv") as backend:
             assert reads(backend, dataset) == expected
-    assert pair.recipe(kv)[-1] == "and run it with the original's KV cache: --cache-type-k f16 --cache-type-v f16"
+    assert pair.recipe(kv)[-1] == "# run fixed.gguf with the original's KV cache: --cache-type-k f16 --cache-type-v f16"
     assert [p.name for p in GGUFPair(str(files[0]), str(files[0]), (SETTINGS, SETTINGS)).parts("layer")][-1] == "lm_head"
 
 
@@ -293,7 +314,10 @@ def test_bad_input_is_one_line(files, vocab, tmp_path):
         select_parts(gguf_parts(names, "layer"), ["layer.1", "layer.9"], "layer")
     with pytest.raises(LongctxError, match=r"^--model nothing\.gguf: no such \.gguf file$"):
         GGUFPair(str(files[0]), "nothing.gguf", (SETTINGS, SETTINGS))
-def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(files, pair, data_dir, tmp_path, capsys):
+def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(files, pair, data_dir, tmp_path, capsys,
+                                                                             monkeypatch):
+    written: list[Path] = []
+    monkeypatch.setattr(hybrids, "write_hybrid", lambda *args: written.append(args[-1]) or write_hybrid(*args))
     original = LlamaCppBackend.load(str(files[0]), SETTINGS)
     baseline = score_sets(original, original.tokenizer, load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1),
                           progress=False)
@@ -302,9 +326,11 @@ def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(fi
     code = main(["blame", "--backend", "llama.cpp", "--reference", str(files[0]), "--model", str(files[1]), "--baseline",
                  str(tmp_path / "baseline.json.gz"), "--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k",
                  "--limit", "1", "--granularity", "block", "--parts", "layer.0.attn,layer.1.mlp,layer.3.attn",
-                 "--backend-option", "threads=2", "--out", str(out), "--quiet"])
+                 "--backend-option", "threads=2", "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet"])
     shown = capsys.readouterr().out
     assert code == 0, shown
+    assert written and all(p.parent.parent == tmp_path / "work" for p in written)  # each in a folder of its own there
+    assert list((tmp_path / "work").iterdir()) == []  # and each removed once read
     body = json.loads(out.read_text())
     clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
     # the same blocks in both files: not scored, the candidate's and the original's own figures, ranked after every
@@ -315,3 +341,117 @@ def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(fi
     recipe = body["fix_set"]["recipe"]
     assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {files[0]} fixed.gguf Q8_0"
     assert "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *recipe]) in shown
+
+
+def quantizer_words(block: str) -> list[str]:
+    """The words bash passes to llama-quantize when it runs ``block`` as pasted (a function stands in for the tool)."""
+    ran = subprocess.run(["bash", "-c", 'llama-quantize() { printf "%s\\n" "$@"; }\n' + block], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    return ran.stdout.splitlines()
+
+
+def test_the_printed_recipe_is_one_shell_command_in_every_report(files):
+    quantized = Settings(threads=2, cache_type_k="q8_0")
+    pair = GGUFPair(str(files[0]), str(files[1]), (SETTINGS, quantized), names=("the-original", "candidate.gguf"))
+    kept = select_parts(pair.parts("layer"), ["layer.1", "kv_cache"], "layer")
+    before = RowState(0.1, 0.05, 0.05, passed=False)
+    found = Blame("the-original", "candidate.gguf", "layer", passed=False, rows=["r"], candidate={"r": before},
+                  fix_set=["layer.1", "kv_cache"], fix_steps=[{"r": replace(before, far=0.01, passed=True)}], fixed=True,
+                  fix_cost=pair.cost(kept), recipe=pair.recipe(kept))
+    blocks = {"terminal": blame_text(found).split(RECIPE + "\n", 1)[1],
+              "markdown": re.search(r"\n```sh\n(.*?)\n```", blame_markdown(found), re.S).group(1),
+              "html": html.unescape(re.search(r"<pre>(.*?)</pre>", blame_html(found), re.S).group(1))}
+    stems = "|".join(MATRICES)
+    overrides = [rf"^blk\.1\.({stems})\.weight$=f32", *(line.split("'")[1] for line in pins(["layer.1"]))]
+    # the original's file, not the name it was given (an alias is no file to llama-quantize)
+    expected = [*(w for o in overrides for w in ("--tensor-type", o)), str(files[0]), "fixed.gguf", "Q8_0"]
+    for where, block in blocks.items():
+        assert quantizer_words(block) == expected, where
+        assert block.splitlines()[-1] == ("# run fixed.gguf with the original's KV cache: --cache-type-k f16 "
+                                          "--cache-type-v f16"), where
+
+
+def read_a_hybrid(pair: GGUFPair) -> tuple[Path, weakref.ref]:
+    """A restore hybrid read once (a context and a session, which point back at the backend), then let go of."""
+    with pair.hybrid(CANDIDATE, select_parts(pair.parts("layer"), ["layer.1"], "layer"), "hybrid") as backend:
+        backend.read([1, 2, 3, 4], [3], [[5]])
+        assert str(backend.path) in Path("/proc/self/maps").read_text()  # llama.cpp maps the file it reads
+        return backend.path, weakref.ref(backend)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's memory maps (Linux)")
+def test_a_hybrid_is_freed_and_unmapped_when_read_without_the_garbage_collector(pair):
+    gc.disable()  # the cyclic collector would free a hybrid whenever it runs; each must go as soon as it is read
+    try:
+        path, backend = read_a_hybrid(pair)
+        assert backend() is None
+        assert str(path) not in Path("/proc/self/maps").read_text()  # the disk has the deleted file's blocks back
+        assert not path.parent.exists()
+    finally:
+        gc.enable()
+    closed = LlamaCppBackend.load(str(pair.files[ORIGINAL].path), SETTINGS, name="closed.gguf")
+    closed.close()
+    with pytest.raises(LongctxError, match=r"^closed\.gguf: this llama\.cpp backend was closed; load the file again to read it$"):
+        closed.read([1, 2], [1], [[3]])
+
+
+SIGTERM_WHILE_READING = """
+import sys, time
+from pytest_longctx.backends.llama_cpp.hybrids import GGUFPair
+from pytest_longctx.backends.llama_cpp.settings import Settings
+from pytest_longctx.backends.parts import CANDIDATE
+
+original, candidate, work = sys.argv[1:]
+pair = GGUFPair(original, candidate, (Settings(threads=1), Settings(threads=1)), work_dir=work)
+with pair.hybrid(CANDIDATE, pair.parts("layer")[2:3], "hybrid") as backend:
+    print(backend.path, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_hybrids_are_written_in_the_work_folder_which_sigterm_leaves_empty(files, tmp_path):
+    work = tmp_path / "work"
+    script = tmp_path / "reading.py"
+    script.write_text(textwrap.dedent(SIGTERM_WHILE_READING))
+    reader = subprocess.Popen([sys.executable, str(script), str(files[0]), str(files[1]), str(work)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    written = Path(reader.stdout.readline().strip())
+    assert written.parent.parent == work and written.name == "hybrid.gguf"
+    reader.send_signal(signal.SIGTERM)
+    assert reader.wait(timeout=60) == -signal.SIGTERM  # ended as SIGTERM ends a process
+    assert list(work.iterdir()) == []
+
+
+def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
+    def refused(*args: str) -> str:
+        assert main(["quantize", *args]) == 2
+        message = capsys.readouterr().err
+        assert message.count("\n") == 1
+        return message.removeprefix("longctx: error: ").strip()
+
+    (tmp_path / "passed.json").write_text(json.dumps({"passed": True, "fix_set": {"parts": [], "recipe": []}}))
+    assert refused("--fixed-by", str(tmp_path / "passed.json")) == (
+        f"--fixed-by {tmp_path / 'passed.json'}: holds no llama-quantize command (fix_set.recipe): a llama.cpp blame writes "
+        "one when it found a fix set; give the --out file of a longctx blame --backend llama.cpp whose candidate failed")
+    recipe = ["llama-quantize \\", "  --tensor-type '^output\\.weight$=f32' \\", "  elsewhere/original.gguf fixed.gguf Q8_0"]
+    (tmp_path / "blame.json").write_text(json.dumps({"fix_set": {"recipe": recipe}}))
+    assert refused("--fixed-by", str(tmp_path / "blame.json")) == (
+        f"--fixed-by {tmp_path / 'blame.json'}: its original elsewhere/original.gguf is not a file here; run where blame ran, "
+        "or give the original GGUF file with --original FILE")
+    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--original", str(files[0]), "--out", str(files[0])) == (
+        f"--out {files[0]}: it is the file of --original {files[0]}, which writing it would overwrite; give --out a path of "
+        "its own")
+    (tmp_path / "prose.json").write_text(json.dumps({"fix_set": {"recipe": ["and run it with the original's cache"]}}))
+    assert refused("--fixed-by", str(tmp_path / "prose.json")).startswith(
+        f"--fixed-by {tmp_path / 'prose.json'}, fix_set.recipe: not a shell command (No closing quotation)")
+    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--threads", "0") == "--threads 0: give at least 1"
+    assert refused("--fixed-by", str(tmp_path / "missing.json")).startswith(f"--fixed-by {tmp_path / 'missing.json'}: no such file")
+
+
+def test_a_work_folder_that_cannot_be_written_is_one_line(files, data_dir, tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    assert main(["blame", "--backend", "llama.cpp", "--reference", str(files[0]), "--model", str(files[1]), "--data",
+                 str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--work-dir",
+                 str(tmp_path / "taken"), "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"longctx: error: --work-dir {tmp_path / 'taken'}: cannot be written (it is a file, not "
+                                       "a folder); give a path in a writable folder\n")

@@ -163,5 +163,5 @@ def test_a_recipe_is_in_every_report(found):
     made.recipe = ["llama-quantize \\", "  --tensor-type '^blk\\.1\\.(attn_q)\\.weight$=f32' \\", "  a.gguf fixed.gguf Q4_K_M"]
     shown = "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *made.recipe])
     assert blame_text(made).endswith("\n\n" + shown) and shown not in blame_text(found)
-    assert "```text\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)
+    assert "```sh\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)  # a shell block
     assert "<pre>" + "\n".join(made.recipe).replace("'", "&#x27;") + "</pre>" in blame_html(made)

@@ -10,7 +10,7 @@ from pytest_longctx.cli.args import add_threshold_arguments, names, thresholds_o
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import blame_pair, dataset_keys, load_models
-from pytest_longctx.paths import check_outputs, write_text_atomically
+from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.scores_file import load_scores
@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference-option", action="append", default=[], metavar="KEY=VALUE",
                    help="llama.cpp: how the original runs where it differs from --backend-option; its KV cache types are "
                         "llama.cpp's f16 unless given here (a quantized cache of the candidate is then one more part); repeatable")
+    p.add_argument("--work-dir", metavar="DIR", help="llama.cpp: the folder the hybrids' GGUF files are written in, one at a "
+                   "time, each removed when read (default: the system's temporary folder)")
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -82,5 +84,9 @@ def pair_of(args: argparse.Namespace) -> Pair:
     if args.backend != "llama.cpp" and args.reference_option:
         raise LongctxError(f"--reference-option {args.reference_option[0]}: for --backend llama.cpp only; transformers loads "
                            "both checkpoints with the same --backend-option values")
+    if args.backend != "llama.cpp" and args.work_dir:
+        raise LongctxError(f"--work-dir {args.work_dir}: for --backend llama.cpp only; transformers makes hybrids in memory")
+    if args.work_dir:
+        check_writable(args.work_dir, "--work-dir", folder=True)
     return load_models(args.backend, args.reference, args.model, args.dtype, args.device, args.backend_option,
-                       args.reference_option)
+                       args.reference_option, work_dir=args.work_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_longctx.cli import blame, build, compare, compress_bench, score
+from pytest_longctx.cli import blame, build, compare, compress_bench, quantize, score
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.parse import refuse_blank
 from pytest_longctx.reports.format import visible
@@ -12,10 +12,10 @@ from pytest_longctx.reports.format import visible
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="longctx", description="Long-context agent benchmark: score, compare, blame, build, validate, compress-bench."
+        prog="longctx", description="Long-context agent benchmark: score, compare, blame, quantize, build, validate, compress-bench."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (score, compare, blame, build, compress_bench):
+    for command in (score, compare, blame, quantize, build, compress_bench):
         command.register(sub)
     return parser
 

@@ -116,7 +116,7 @@ def blame_markdown(found: Any, level: int = 2) -> str:
     for line, details in done:
         lines += [f"- {cell(line)}", *(f"  - {cell(detail)}" for detail in details)]
     if found.recipe:
-        lines += ["", cell(RECIPE), "", fenced("\n".join(found.recipe))]
+        lines += ["", cell(RECIPE), "", fenced("\n".join(found.recipe), "sh")]
     return "\n".join(lines) + "\n"
 
 

@@ -17,11 +17,11 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("| " + " | ".join(cell(str(c)) for c in line) + " |" for line in [headers, align, *rows])
 
 
-def fenced(text: str) -> str:
+def fenced(text: str, language: str = "text") -> str:
     """A code block whose fence is longer than any run of backticks in ``text``."""
     text = visible(text, keep="\n")
     fence = backticks(text, 3)
-    return f"{fence}text\n{text}\n{fence}"
+    return f"{fence}{language}\n{text}\n{fence}"
 
 
 def _heading(comparison: Comparison) -> list[str]:

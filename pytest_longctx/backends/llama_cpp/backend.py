@@ -55,7 +55,7 @@ class LlamaCppBackend:
         self.current: Context | None = None  # the context made so far
         self.reader: LlamaCppReadSession | None = None  # the session reading in it now
         self._digest: str | None = None
-        weakref.finalize(self, llama.llama_model_free, model)
+        self._free = weakref.finalize(self, llama.llama_model_free, model)
 
     @classmethod
     def load(cls, model: str, settings: Settings = DEFAULTS, name: str | None = None) -> LlamaCppBackend:
@@ -72,6 +72,16 @@ class LlamaCppBackend:
             raise LongctxError(f"--model {model}: llama.cpp cannot load it ({said()}); the file is damaged, truncated or "
                                "of an architecture this llama.cpp does not know: re-download or re-convert it")
         return cls(llama, loaded, path, settings, name or model)
+
+    def close(self) -> None:
+        """Free the context and the model now, unmapping the file: blame's hybrids are written to
+        temporary files, which the disk gets back only once llama.cpp lets go of them. The context
+        and the session point back at the backend, so without this the garbage collector's
+        cycle search frees them, whenever it runs."""
+        if self.current is not None:
+            self.current.close()
+        self.current = self.reader = None
+        self._free()
 
     @property
     def context_window(self) -> int | None:
@@ -97,6 +107,8 @@ class LlamaCppBackend:
     def context(self, length: int, keep: bool) -> Context:
         """The context, holding at least ``length`` tokens; a larger one is made when needed
         (its size at least doubles), carrying the sequence read so far when ``keep``."""
+        if not self._free.alive:
+            raise LongctxError(f"{self.name}: this llama.cpp backend was closed; load the file again to read it")
         old = self.current
         if old is not None and old.size >= length:
             return old

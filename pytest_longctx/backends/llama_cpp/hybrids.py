@@ -15,8 +15,7 @@ the base file with the other side's cache types.
 from __future__ import annotations
 
 import re
-import tempfile
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -39,6 +38,7 @@ from pytest_longctx.backends.parts import (
     part_name,
 )
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import temporary_folder
 
 KV_CACHE = "kv_cache"  # the part that stands for the KV cache's types
 CACHE_OPTIONS = ("cache-type-k", "cache-type-v")
@@ -122,8 +122,10 @@ class GGUFPair:
     """Two GGUF files of one model (checked: one architecture, the same tensor names and
     shapes) as a ``backends.parts.Pair``, each run with its own llama.cpp settings."""
 
-    def __init__(self, original: str, candidate: str, settings: tuple[Settings, Settings], names: tuple[str, str] | None = None):
+    def __init__(self, original: str, candidate: str, settings: tuple[Settings, Settings], names: tuple[str, str] | None = None,
+                 work_dir: str | None = None):
         self.names = names or (original, candidate)
+        self.work_dir = work_dir  # where hybrids are written (--work-dir; None: the system's temporary folder)
         self.files = {ORIGINAL: GGUFFile(checked_file(original), "--reference", self.names[0]),
                       CANDIDATE: GGUFFile(checked_file(candidate), "--model", self.names[1])}
         self.settings = dict(zip((ORIGINAL, CANDIDATE), settings))
@@ -165,27 +167,32 @@ class GGUFPair:
             theirs = self.settings[other]
             settings = replace(settings, cache_type_k=theirs.cache_type_k, cache_type_v=theirs.cache_type_v)
         tensors = {n for part in taken for n in part.parameters}
-        if not tensors:
-            yield self.candidate if base == CANDIDATE and settings == self.settings[CANDIDATE] else \
-                LlamaCppBackend.load(str(self.files[base].path), settings, name=label)
+        if not tensors and base == CANDIDATE and settings == self.settings[CANDIDATE]:
+            yield self.candidate
             return
-        with tempfile.TemporaryDirectory(prefix="longctx-blame-") as folder:
-            path = Path(folder) / "hybrid.gguf"
+        if not tensors:
+            with closing(LlamaCppBackend.load(str(self.files[base].path), settings, name=label)) as backend:
+                yield backend
+            return
+        with temporary_folder(self.work_dir, "longctx-blame-") as folder:
+            path = folder / "hybrid.gguf"
             write_hybrid(self.files[base], self.files[other], tensors, path)
-            yield LlamaCppBackend.load(str(path), settings, name=label)
+            with closing(LlamaCppBackend.load(str(path), settings, name=label)) as backend:
+                yield backend  # freed before its folder is removed, so the file's blocks go back to the disk
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """The ``llama-quantize`` command that makes the candidate with ``kept`` at the original's
-        types (``recipe.py``), and the original's cache types when the KV cache is kept."""
+        types (``recipe.py``), naming the original's file (not an alias: the tool takes files),
+        and, as a shell comment after it, the original's cache types when the KV cache is kept."""
         mine, theirs = self.files[ORIGINAL], self.files[CANDIDATE]
         matrices = {p.name: [(n, mine.type_of(n)) for n in p.parameters if len(mine.tensors[n].shape) > 1] for p in kept}
         matrices = {name: found for name, found in matrices.items() if found}
         requantize = any(mine.type_of(n) not in FULL_PRECISION for n in mine.tensors)
         lines = quantize_arguments(matrices | self._pinned({n for found in matrices.values() for n, _ in found}),
-                                   theirs.file_type_name(), self.names[0], requantize)
+                                   theirs.file_type_name(), str(mine.path), requantize)
         if any(p.name == KV_CACHE for p in kept):
             settings = self.settings[ORIGINAL]
-            lines.append(f"and run it with the original's KV cache: --cache-type-k {settings.cache_type_k} "
+            lines.append(f"# run fixed.gguf with the original's KV cache: --cache-type-k {settings.cache_type_k} "
                          f"--cache-type-v {settings.cache_type_v}")
         return lines
 
@@ -208,15 +215,18 @@ class GGUFPair:
                 if kept and len({theirs.type_of(n) for n in names}) > 1 and any(n not in kept for n in names)}
 
 
-def load_pair(reference: str, model: str, options: Sequence[str] = (), reference_options: Sequence[str] = ()) -> GGUFPair:
+def load_pair(reference: str, model: str, options: Sequence[str] = (), reference_options: Sequence[str] = (),
+              work_dir: str | None = None) -> GGUFPair:
     """The pair ``--reference`` and ``--model`` name (files or aliases): the candidate run with
     ``options`` (``--backend-option``), the original with the same but for its KV cache types,
     which are part of the compression (llama.cpp's own f16 unless ``reference_options`` say
-    otherwise), and with ``reference_options`` (``--reference-option``) over them."""
+    otherwise), and with ``reference_options`` (``--reference-option``) over them; hybrids
+    written in ``work_dir`` (``--work-dir``)."""
     mine = {k: v for k, v in backend_options(options).items() if k not in CACHE_OPTIONS}
     try:
         theirs = backend_options(reference_options)
     except LongctxError as exc:
         raise LongctxError(str(exc).replace("--backend-option", "--reference-option")) from None
     return GGUFPair(resolve_model(reference), resolve_model(model),
-                    (parse_settings({**mine, **theirs}), parse_settings(backend_options(options))), names=(reference, model))
+                    (parse_settings({**mine, **theirs}), parse_settings(backend_options(options))), names=(reference, model),
+                    work_dir=work_dir)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from pytest_longctx.errors import LongctxError
 
 FULL_PRECISION = ("F32", "F16", "BF16")  # ggml types the quantizer reads without --allow-requantize
 
@@ -36,7 +39,7 @@ def tensor_pattern(names: Sequence[str]) -> str:
 
 def quantize_arguments(kept: Mapping[str, Sequence[tuple[str, str]]], file_type: str, original: str,
                        requantize: bool) -> list[str]:
-    """The command's lines (a shell command continued with backslashes): ``kept`` is each kept
+    """The command's lines (one shell command continued with backslashes): ``kept`` is each kept
     part's (tensor, the original's ggml type) pairs, matrices only; ``file_type`` the
     candidate's (``Q4_K_M``); ``original`` the original file as the command names it;
     ``requantize``: the original holds quantized tensors (the quantizer then needs
@@ -49,3 +52,42 @@ def quantize_arguments(kept: Mapping[str, Sequence[tuple[str, str]]], file_type:
         lines += [f"  --tensor-type '{tensor_pattern(names)}={kind.lower()}'" for kind, names in by_type.items()]
     lines.append(f"  {shlex.quote(original)} fixed.gguf {file_type}")
     return [line + " \\" for line in lines[:-1]] + lines[-1:]
+
+
+@dataclass(frozen=True)
+class QuantizeCommand:
+    """A fix set's ``llama-quantize`` command, read back: what the quantizer is asked to do."""
+
+    original: str
+    target: str
+    file_type: str
+    tensor_types: tuple[tuple[str, str], ...]  # (pattern, ggml type), in the command's order: the first match wins
+    requantize: bool
+
+
+def parse_command(lines: Sequence[str], where: str) -> QuantizeCommand:
+    """The command of ``quantize_arguments``'s lines (a shell comment after it is not part of it);
+    ``where``: what holds them, as an error names it."""
+    command: list[str] = []
+    for line in lines:
+        command.append(line.rstrip().removesuffix("\\"))
+        if not line.rstrip().endswith("\\"):
+            break
+    try:
+        words = shlex.split(" ".join(command))
+    except ValueError as exc:
+        raise LongctxError(f"{where}: not a shell command ({exc}); give the fix_set.recipe of a longctx blame --out file") from None
+    if words[:1] != ["llama-quantize"] or len(words) < 4:
+        raise LongctxError(f"{where}: not a llama-quantize command: {' '.join(command)!r}")
+    *flags, original, target, file_type = words[1:]
+    tensor_types, requantize = [], False
+    while flags:
+        flag = flags.pop(0)
+        if flag == "--allow-requantize":
+            requantize = True
+        elif flag == "--tensor-type" and flags:
+            pattern, _, kind = flags.pop(0).rpartition("=")
+            tensor_types.append((pattern, kind))
+        else:
+            raise LongctxError(f"{where}: llama-quantize flag {flag!r} is not one a fix set's command holds")
+    return QuantizeCommand(original, target, file_type, tuple(tensor_types), requantize)

@@ -1,0 +1,62 @@
+"""``longctx quantize --fixed-by BLAME_JSON``: the fix set of a ``longctx blame --backend llama.cpp``
+made from its original by llama.cpp's quantizer through llama-cpp-python, as the printed
+``llama-quantize`` command would make it, for where that tool is not installed (docs/blame.md)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_longctx.backends.llama_cpp.quantize import quantize
+from pytest_longctx.backends.llama_cpp.recipe import QuantizeCommand, parse_command
+from pytest_longctx.backends.llama_cpp.settings import default_threads
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import check_outputs
+from pytest_longctx.scoring.scores_file import read_json_file
+
+MAKE_IT = "give the --out file of a longctx blame --backend llama.cpp whose candidate failed"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="make a llama.cpp blame's fix set with llama.cpp's quantizer",
+                       description="Run the llama-quantize command of a llama.cpp blame's fix set (its --out file's "
+                                   "fix_set.recipe) through llama-cpp-python's quantizer: the candidate's file type with "
+                                   "the fix set's parts at the original's types.")
+    p.add_argument("--fixed-by", required=True, metavar="BLAME_JSON", help="the results JSON of longctx blame --backend llama.cpp")
+    p.add_argument("--out", default="fixed.gguf", metavar="FILE", help="the GGUF file to write (default: fixed.gguf, as the "
+                   "command names it)")
+    p.add_argument("--original", metavar="FILE", help="the original GGUF file (default: the file the command names, as blame "
+                   "was given it)")
+    p.add_argument("--threads", type=int, metavar="N", help="the quantizer's threads (default: every core this process may run on)")
+    p.set_defaults(run=run)
+
+
+def fix_set_command(blame_json: str) -> QuantizeCommand:
+    """The llama-quantize command of the fix set in the blame results ``blame_json``."""
+    body = read_json_file(Path(blame_json), "--fixed-by", MAKE_IT)
+    lines = ((body.get("fix_set") or {}).get("recipe") or []) if isinstance(body, dict) else []
+    if not lines:
+        raise LongctxError(f"--fixed-by {blame_json}: holds no llama-quantize command (fix_set.recipe): a llama.cpp blame "
+                           f"writes one when it found a fix set; {MAKE_IT}")
+    return parse_command(lines, f"--fixed-by {blame_json}, fix_set.recipe")
+
+
+def fixed_by(blame_json: str, out: str, threads: int | None = None, original: str | None = None) -> Path:
+    """The fix set of the blame results ``blame_json`` written to ``out``, from ``original`` (default:
+    the file its command names)."""
+    if threads is not None and threads < 1:
+        raise LongctxError(f"--threads {threads}: give at least 1")
+    command = fix_set_command(blame_json)
+    source = Path(original or command.original)
+    if not source.is_file():
+        raise LongctxError(f"--fixed-by {blame_json}: its original {source} is not a file here; run where blame ran, or "
+                           "give the original GGUF file with --original FILE")
+    check_outputs([("--out", out)], inputs=[("--original", source), ("--fixed-by", blame_json)])
+    quantize(source, Path(out), command.file_type, threads or default_threads(), command.tensor_types, command.requantize)
+    return Path(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = fixed_by(args.fixed_by, args.out, args.threads, args.original)
+    print(f"longctx: the fix set written to {target} ({target.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
+    return 0
