@@ -568,3 +568,40 @@ def test_the_plugin_closes_the_backend_it_loaded_and_shows_no_credentials(standi
                + junit.read_text() + markdown.read_text())
     assert "s3cret" not in written and "user:" not in written
     assert json.loads(out.read_text())["meta"]["model"] == shown
+
+
+@pytest.fixture
+def sessions_folder(tmp_path):
+    """Two agent sessions of the builtin faithfulness builder, without their long tool outputs."""
+    from itemkit import write_split
+
+    from pytest_longctx.data.builtin.faithfulness import build_faithfulness
+
+    rows = [{**row, "messages": [m for m in row["messages"] if len(m["content"]) < 120]}
+            for row in build_faithfulness(seed=0, limit=2)]
+    write_split(tmp_path / "sessions", "faithfulness", "train", rows)
+    return tmp_path / "sessions"
+
+
+def test_credentials_in_the_url_are_in_neither_the_compressor_reports_nor_their_files(
+        standin, sessions_folder, qwen_tokenizer, pytester, capsys):
+    from pytest_longctx.cli.main import main
+
+    standin.model = tiny_qwen3(len(qwen_tokenizer), seed=3)
+    standin.tokenize = lambda text: qwen_tokenizer(text, add_special_tokens=False)["input_ids"]
+    qwen_tokenizer.save_pretrained(pytester.path / "tokenizer")
+    model, tokenizer = with_credentials(standin.url), f"tokenizer={pytester.path / 'tokenizer'}"
+    bench = pytester.path / "bench.json"
+    assert main(["compress-bench", "--model", model, "--backend", "vllm-server", "--backend-option", tokenizer, "--data",
+                 str(sessions_folder), "--methods", "identity", "--cache-dir", "off", "--quiet", "--out", str(bench)]) == 0
+    printed = capsys.readouterr()
+    out, junit = pytester.path / "results.json", pytester.path / "junit.xml"
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "--longctx-compressor=identity", f"--longctx-model={model}",
+        "--longctx-backend=vllm-server", f"--longctx-backend-option={tokenizer}", f"--longctx-data={sessions_folder}",
+        f"--longctx-out={out}", f"--junitxml={junit}", "--longctx-cache-dir=off")
+    assert result.ret == 0, result.outlines[-20:]
+    assert f"Layer B read by {standin.url.replace('http://', 'http://***@')}" in result.stdout.str()
+    written = (printed.out + printed.err + bench.read_text() + result.stdout.str() + result.stderr.str() + out.read_text()
+               + junit.read_text())
+    assert "s3cret" not in written and "user:" not in written

@@ -12,6 +12,7 @@ from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import DEFAULT_METHODS, full_context_line, matched_table, pareto_table
 from pytest_longctx.data.records import SUITES
+from pytest_longctx.errors import without_credentials
 from pytest_longctx.paths import check_writable
 from pytest_longctx.reports.format import write_json
 
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_writable(args.out, "--out")
-    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, args.model, Path.cwd())
+    shown = without_credentials(args.model) if args.model else None  # the reader as the output names it
+    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, shown, Path.cwd())
     backend = None
     if args.model:
         backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             close(backend)
     print(f"{result.sessions} sessions from {result.source}; savings in tokens of {result.tokenizer}; "
-          f"Layer B: {f'read by {args.model}' if result.layer_b else 'none (give --model)'}")
+          f"Layer B: {f'read by {shown}' if result.layer_b else 'none (give --model)'}")
     print("savings: of the rendered chat, summed over the sessions [95 % bootstrap interval over sessions]; content: of "
           "the messages' contents alone; per-session: the mean of each session's own; n: sessions per cell")
     if result.layer_b and result.points:
