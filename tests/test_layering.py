@@ -78,9 +78,13 @@ def test_every_module_sits_in_a_layer_and_imports_only_downwards() -> None:
     assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
 
 
+def import_graph() -> dict[str, set[str]]:
+    """Each package module -> the package modules it imports."""
+    return {m: {own(i) for i, _, _ in imports(p) if i.startswith("pytest_longctx")} - {None, m} for m, p in MODULES.items()}
+
+
 def test_no_import_cycles() -> None:
-    graph = {m: {own(i) for i, _, _ in imports(p) if i.startswith("pytest_longctx")} - {None, m}
-             for m, p in MODULES.items()}
+    graph = import_graph()
     state: dict[str, int] = {}  # 1 on the stack, 2 done
     stack: list[str] = []
 
@@ -99,6 +103,19 @@ def test_no_import_cycles() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module)
+
+
+def test_comparing_and_the_threshold_flags_need_neither_blame_nor_its_hybrids() -> None:
+    # they sat in gate/blame.py, so longctx compare (and every subcommand taking thresholds) needed llama.cpp's hybrids
+    graph, needed, todo = import_graph(), set(), ["pytest_longctx.cli.compare", "pytest_longctx.cli.args"]
+    while todo:
+        module = todo.pop()
+        if module not in needed:
+            needed.add(module)
+            todo.extend(graph[module])
+    blame = ("pytest_longctx.gate.blame", "pytest_longctx.backends.parts", "pytest_longctx.backends.pairs",
+             "pytest_longctx.backends.llama_cpp")
+    assert sorted(m for m in needed if m.startswith(blame)) == []
 
 
 def test_imports_inside_functions_only_for_optional_heavy_libraries() -> None:

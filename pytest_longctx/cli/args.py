@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_longctx.gate.blame import FLAGS
+from pytest_longctx.gate.options import THRESHOLD_OPTIONS, subcommand_flag
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.parse import comma_list, finite_nonnegative, significance_level
+
+FLAGS = {field: subcommand_flag(name) for field, name in THRESHOLD_OPTIONS.items()}  # the flag that sets each threshold
 
 
 def names(text: str) -> list[str]:
@@ -50,8 +52,8 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gate's thresholds, as the plugin's options (same defaults); each flag's dest is its field of
-    ``Thresholds``, its name ``FLAGS``'s (so the gate can write them: gate/blame.py)."""
+    """The gate's thresholds, as the plugin's options (same names less ``longctx-``, same defaults); each
+    flag's dest is its field of ``Thresholds``."""
     defaults = Thresholds()
 
     def add(name: str, **settings: object) -> None:

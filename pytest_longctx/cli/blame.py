@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
 from pytest_longctx.backends.parts import GRANULARITIES, Pair
 from pytest_longctx.cli.args import add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair, dataset_keys, load_models
+from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.gate.verdicts import dataset_keys
 from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the report in markdown (e.g. for a CI step summary)")
     p.add_argument("--html", metavar="PATH", help="write the report as HTML, with a bar chart of the shares")
-    p.add_argument("--backend", choices=("hf", "llama.cpp"), default="hf",
+    p.add_argument("--backend", choices=PAIR_BACKENDS, default="hf",
                    help="hf (default): transformers checkpoints, hybrids made in place; llama.cpp: two .gguf files, hybrids "
                         "written as GGUF files and run by llama.cpp")
     p.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",

@@ -9,9 +9,9 @@ import sys
 
 from pytest_longctx.cli.args import add_threshold_arguments, thresholds_of
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import check_keys
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
+from pytest_longctx.gate.verdicts import check_keys
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report

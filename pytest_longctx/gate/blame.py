@@ -23,21 +23,16 @@ surgery on the loaded models; llama.cpp: GGUF files written with the parts copie
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.llama_cpp.hybrids import load_pair
 from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, StateDictPair, select_parts
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.data.records import config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.losses import losses
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import Evaluation, cell_key, cells, evaluate, item_key
-from pytest_longctx.metrics.rows import row_specs
+from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.progress import Progress, labelled
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, needed_fingerprints, score_items, score_sets
@@ -45,40 +40,6 @@ from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
 RESTORE, DAMAGE = "restore", "damage"
 DISAGREE = 0.25  # restore and damage shares further apart than this are said to differ (parts interact)
-# the flags of ``longctx blame`` and ``longctx compare`` that set each field of ``Thresholds`` (cli/args.py)
-FLAGS = {"drop": "--max-drop", "retained": "--min-retained", "follow": "--min-follow", "item_drop": "--item-max-drop",
-         "kl": "--max-kl", "overrides": "--threshold", "alpha": "--alpha", "min_effect": "--min-effect"}
-
-
-def check_keys(selection: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
-    """The key of every check a gate on ``selection`` (config -> length -> item ids) can make, thresholded
-    or not: its items, rules cells and headline rows (what a ``--threshold`` pattern may name)."""
-    keys = [item_key(config, length, i) for config, by_length in selection.items() for length, ids in by_length.items() for i in ids]
-    keys += [cell_key(*cell) for config, by_length in selection.items() if config_kind(config) == "rules"
-             for cell in cells(config, list(by_length))]
-    return keys + [source.key for _, source in row_specs({config: list(by_length) for config, by_length in selection.items()})]
-
-
-def dataset_keys(dataset: Dataset) -> list[str]:
-    """The key of every check a gate on ``dataset`` can make (``check_keys``)."""
-    return check_keys({config: {length: [item.id for item in items] for length, items in by_length.items()}
-                       for config, by_length in dataset.configs.items()})
-
-
-def threshold_arguments(thresholds: Thresholds, keys: Sequence[str]) -> list[str]:
-    """The flags (``FLAGS``) that make a blame whose checks are ``keys`` judge as ``thresholds`` do: each value
-    that differs from the default, and the overrides whose pattern names one of ``keys`` (the others judge
-    nothing there, and the command would refuse them)."""
-    defaults, arguments = Thresholds(), []
-    for name, flag in FLAGS.items():
-        value = getattr(thresholds, name)
-        if name == "overrides":
-            for override in value:
-                if any(fnmatch.fnmatchcase(key, override.pattern) for key in keys):
-                    arguments += [flag, f"{override.pattern}:{override.metric}={override.value!r}"]  # repr: the value exactly
-        elif value != getattr(defaults, name):
-            arguments += [flag, repr(value)]
-    return arguments
 
 
 @dataclass(frozen=True)
@@ -226,19 +187,6 @@ def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: 
     if unknown:
         raise LongctxError(f"--rows {unknown[0]!r}: not a failing row with drift figures; they are: {'; '.join(measured)}")
     return [r for r in measured if r in wanted]
-
-
-def load_models(backend: str, reference: str, model: str, dtype: str = "auto", device: str = "auto",
-                options: Sequence[str] = (), reference_options: Sequence[str] = (), trust_remote_code: bool = False,
-                work_dir: str | None = None) -> Pair:
-    """The original (``reference``) and the candidate (``model``) as ``backend`` loads them: ``hf``, both
-    transformers checkpoints with ``dtype``, ``device`` and the ``--backend-option``s ``options`` (an alias
-    resolves as for --model); ``llama.cpp``, both GGUF files with their own types (``load_pair``:
-    ``reference_options`` over ``options`` for the original, hybrids written in ``work_dir``)."""
-    if backend == "llama.cpp":
-        return load_pair(reference, model, options, reference_options, work_dir)
-    original, candidate = (load_backend(name, "hf", dtype, device, options, trust_remote_code)[0] for name in (reference, model))
-    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model))
 
 
 def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,

@@ -77,7 +77,17 @@ OPTIONS = (
     Option("min-retention-paraphrase", "compressor gate: lowest allowed share of facts kept, paraphrase probes", 0.95,
            kind="float"),
 )
+BY_NAME = {option.name: option for option in OPTIONS}
 CHOICES = {"mode": ("auto", "ids", "text"), "dtype": ("auto", "float32", "bfloat16", "float16")}
+# the option that sets each field of ``Thresholds``, in the fields' order; the ``longctx`` subcommands that judge
+# (compare, blame) take the same options (``subcommand_flag``), and a failing gate's blame command writes them so
+THRESHOLD_OPTIONS = {"drop": "max-drop", "retained": "min-retained", "follow": "min-follow", "item_drop": "item-max-drop",
+                     "kl": "max-kl", "overrides": "threshold", "alpha": "alpha", "min_effect": "min-effect"}
+
+
+def subcommand_flag(name: str) -> str:
+    """The plugin's option ``name`` as the ``longctx`` subcommands spell it: ``--longctx-max-kl`` is ``--max-kl``."""
+    return f"--{name}"
 
 
 def add_options(parser: Any) -> None:
@@ -194,11 +204,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         backend=values["longctx_backend"], backend_options=values["longctx_backend_option"] or (),
         trust_remote_code=bool(values["longctx_trust_remote_code"]),
         cache_dir=values["longctx_cache_dir"],
-        thresholds=Thresholds(drop=values["longctx_max_drop"], retained=values["longctx_min_retained"],
-                              follow=values["longctx_min_follow"], item_drop=values["longctx_item_max_drop"],
-                              kl=values["longctx_max_kl"],
-                              overrides=tuple(overrides), alpha=values["longctx_alpha"],
-                              min_effect=values["longctx_min_effect"]),
+        thresholds=Thresholds(**{field: values[BY_NAME[name].dest] for field, name in THRESHOLD_OPTIONS.items()
+                                 if field != "overrides"}, overrides=tuple(overrides)),
         markdown=values["longctx_markdown"], html=values["longctx_html"],
         compressor=values["longctx_compressor"], knobs=values["longctx_knob"] or (),
         min_retention_verbatim=values["longctx_min_retention_verbatim"],

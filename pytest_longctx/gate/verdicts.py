@@ -3,14 +3,15 @@ their keys (a row's: ``RowSource.key``), their verdicts, and the items that lost
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, config_kind
 from pytest_longctx.gate.drift import Drift, far_sample, row_drift, summaries_of
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.uncertainty import difference, measure, needed_items, upper_bound
 from pytest_longctx.metrics.raw import is_scored
-from pytest_longctx.metrics.rows import RowSource, headline
+from pytest_longctx.metrics.rows import RowSource, headline, row_specs
 from pytest_longctx.metrics.rules import COUNT_NATS
 from pytest_longctx.numbers import NA, meets, number
 
@@ -41,6 +42,21 @@ def cell_metrics(thresholds: Thresholds, key: str, family: str, placement: str) 
 def cells(config: str, lengths: Iterable[str]) -> list[tuple[str, str, str, str]]:
     return [(config, length, placement, family) for length in lengths for placement in PLACEMENTS
             for family in ("all", *FAMILIES)]
+
+
+def check_keys(selection: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
+    """The key of every check a gate on ``selection`` (config -> length -> item ids) can make, thresholded
+    or not: its items, rules cells and headline rows (what a ``--threshold`` pattern may name)."""
+    keys = [item_key(config, length, i) for config, by_length in selection.items() for length, ids in by_length.items() for i in ids]
+    keys += [cell_key(*cell) for config, by_length in selection.items() if config_kind(config) == "rules"
+             for cell in cells(config, list(by_length))]
+    return keys + [source.key for _, source in row_specs({config: list(by_length) for config, by_length in selection.items()})]
+
+
+def dataset_keys(dataset: Dataset) -> list[str]:
+    """The key of every check a gate on ``dataset`` can make (``check_keys``)."""
+    return check_keys({config: {length: [item.id for item in items] for length, items in by_length.items()}
+                       for config, by_length in dataset.configs.items()})
 
 
 # ------------------------------------------------------------------ verdicts

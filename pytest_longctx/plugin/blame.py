@@ -9,20 +9,24 @@ the original is ``--longctx-blame-reference``, else the model the baseline was m
 meta names it, where this machine can load it."""
 from __future__ import annotations
 
+import fnmatch
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
 from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
 from pytest_longctx.backends.parts import Pair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows, dataset_keys, load_models, threshold_arguments
+from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.gate.options import THRESHOLD_OPTIONS, subcommand_flag
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import Evaluation, dataset_keys
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.plugin.hooks import running
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
@@ -31,7 +35,22 @@ from pytest_longctx.reports.format import markdown_text as cell
 
 UNNAMED = "<the original model>"  # the command's --reference where nothing names a loadable original
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
-BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
+
+
+def threshold_arguments(thresholds: Thresholds, keys: Sequence[str]) -> list[str]:
+    """The flags that make a blame whose checks are ``keys`` judge as ``thresholds`` do: each value that
+    differs from the default, and the overrides whose pattern names one of ``keys`` (the others judge
+    nothing there, and the command would refuse them)."""
+    defaults, arguments = Thresholds(), []
+    for name, option in THRESHOLD_OPTIONS.items():
+        value, flag = getattr(thresholds, name), subcommand_flag(option)
+        if name == "overrides":
+            for override in value:
+                if any(fnmatch.fnmatchcase(key, override.pattern) for key in keys):
+                    arguments += [flag, f"{override.pattern}:{override.metric}={override.value!r}"]  # repr: the value exactly
+        elif value != getattr(defaults, name):
+            arguments += [flag, repr(value)]
+    return arguments
 
 
 class BlameAfterGate:
@@ -172,10 +191,10 @@ def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
     """The plugin that follows a model gate's summary; None where it has nothing to blame (updating
     the baseline, a backend blame makes no hybrids for). ``--longctx-blame`` where it cannot run: one line."""
     options = run.options
-    if options.update_baseline or options.backend not in BACKENDS:
+    if options.update_baseline or options.backend not in PAIR_BACKENDS:
         if config.getoption("longctx_blame"):
             why = ("this run makes the baseline: there is nothing to compare, so nothing to blame" if options.update_baseline
-                   else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(BACKENDS)}), "
+                   else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(PAIR_BACKENDS)}), "
                         f"not --longctx-backend {options.backend}")
             raise LongctxError(f"--longctx-blame: {why}; leave it out")
         return None

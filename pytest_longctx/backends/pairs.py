@@ -1,0 +1,24 @@
+"""The pair ``longctx blame`` compares, as each backend it makes hybrids for loads it: two
+transformers checkpoints (``parts.StateDictPair``) or two GGUF files (``llama_cpp/hybrids.py``)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.llama_cpp.hybrids import load_pair
+from pytest_longctx.backends.parts import Pair, StateDictPair
+
+PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
+
+
+def load_models(backend: str, reference: str, model: str, dtype: str = "auto", device: str = "auto",
+                options: Sequence[str] = (), reference_options: Sequence[str] = (), trust_remote_code: bool = False,
+                work_dir: str | None = None) -> Pair:
+    """The original (``reference``) and the candidate (``model``) as ``backend`` loads them: ``hf``, both
+    transformers checkpoints with ``dtype``, ``device`` and the ``--backend-option``s ``options`` (an alias
+    resolves as for --model); ``llama.cpp``, both GGUF files with their own types (``load_pair``:
+    ``reference_options`` over ``options`` for the original, hybrids written in ``work_dir``)."""
+    if backend == "llama.cpp":
+        return load_pair(reference, model, options, reference_options, work_dir)
+    original, candidate = (load_backend(name, "hf", dtype, device, options, trust_remote_code)[0] for name in (reference, model))
+    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model))
