@@ -193,6 +193,7 @@ def test_a_saved_checkpoint_reads_what_a_naive_pass_of_it_reads_and_says_what_it
     _, description, library = KINDS[kind]
     described = backend.describe()
     assert described["quantization"] == description
+    assert described["dtype"] == "float32"  # not its integer storage: a float32 baseline is not warned of another dtype
     assert set(described["versions"]) == {"torch", "transformers", library}
     # its quantization ran: the float model reads otherwise
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")

@@ -371,7 +371,8 @@ class TransformersBackend:
         import torch
         import transformers
 
-        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
+        # the dtypes it computes in; quantized weights' integer storage is what "quantization" names
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()})
         quantization = quantization_config(self.model)
         return {
             "model": str(self.name),
