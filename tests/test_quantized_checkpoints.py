@@ -261,6 +261,34 @@ def test_a_scheme_whose_activations_are_not_rounded_says_the_weights_alone_were_
         "weights alone are judged (vLLM's backend runs the activations too)")
 
 
+FP8_CHANNEL = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel"}
+FP8_TOKEN = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "token", "dynamic": True}
+
+
+@pytest.mark.parametrize("config, words", [
+    ({}, "none"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int4WeightOnlyConfig", "_data": {"group_size": 128}}}},
+     "torchao int4 weight-only, groups of 128"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Float8DynamicActivationFloat8WeightConfig", "_data": {}}}},
+     "torchao float8 weights, float8 activations rounded as they run"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": True},
+     "bitsandbytes fp4, double quantization"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": FP8_CHANNEL, "input_activations": FP8_TOKEN}}},
+     "compressed-tensors W8A8, float8 weights per channel, float8 activations dynamic per token, rounded as they run"),
+    ({"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {**FP8_CHANNEL, "strategy": "block", "block_structure": [128, 128]},
+                    "input_activations": {**FP8_TOKEN, "strategy": "group", "group_size": 128}}}},
+     "compressed-tensors W8A8, float8 weights in blocks of 128x128, float8 activations dynamic per group, rounded as they run"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {**W8_CHANNEL, "num_bits": 4}}}},
+     "compressed-tensors W4A16, per channel"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {**W4A16_G16, "symmetric": False}}}},
+     "compressed-tensors W4A16, groups of 16, asymmetric"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq 4-bit, groups of 128"),
+])
+def test_each_quantization_is_said_in_words(config, words):
+    assert quantized.describe(config) == words
+
+
 # --------------------------------------------------------------- a library missing, a GPU kernel on a CPU
 
 

@@ -26,7 +26,8 @@ TORCHAO_KINDS = {
 }
 
 # what a compressed-tensors scheme's strategy means for its weights
-GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "tensor_group": "per tensor and group"}
+GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "group": "per group",
+               "tensor_group": "per tensor and group"}
 
 
 def method(quantization: Mapping[str, Any]) -> str | None:
@@ -117,11 +118,15 @@ def _scheme(group: Mapping[str, Any], activations_rounded: bool) -> str:
     strategy = weights.get("strategy")
     kind = "float" if weights.get("type") == "float" else "int"
     if strategy == "group":
-        words.append(f"groups of {weights.get('group_size')}")
+        where = f"groups of {weights.get('group_size')}"
     elif strategy == "block":
-        words.append(f"blocks of {'x'.join(map(str, weights.get('block_structure') or []))}")
-    elif inputs or kind == "float":
-        words.append(f"{kind}{weights.get('num_bits')} weights {GRANULARITY.get(strategy, strategy)}")
+        where = f"blocks of {'x'.join(map(str, weights.get('block_structure') or []))}"
+    else:
+        where = GRANULARITY.get(strategy, strategy or "")
+    if inputs or kind == "float":  # the name alone (W8A8) does not say the weights' type then
+        where = f"{kind}{weights.get('num_bits')} weights {'in ' if strategy in ('group', 'block') else ''}{where}".strip()
+    if where:
+        words.append(where)
     if weights and not weights.get("symmetric", True):
         words.append("asymmetric")
     if inputs:
