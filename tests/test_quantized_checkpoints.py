@@ -40,79 +40,17 @@ def float_folder(tmp_path_factory) -> Path:
     return folder
 
 
-def saved_by_transformers(float_folder: Path, out: Path, quantization_config: Any, **loading: Any) -> Path:
-    """The float model quantized on load by transformers with ``quantization_config``, saved."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def benchmark():
+    """benchmarks/quantized_variants.py, which makes each kind of checkpoint with its library (and
+    imports none of them before it does)."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import quantized_variants
 
-    AutoModelForCausalLM.from_pretrained(float_folder, dtype=torch.float32, quantization_config=quantization_config,
-                                         **loading).save_pretrained(out)
-    return out
-
-
-def saved_by_compressed_tensors(float_folder: Path, out: Path, weights: dict[str, Any], inputs: dict[str, Any] | None = None,
-                                form: str = "pack-quantized") -> Path:
-    """The float model quantized round-to-nearest with compressed-tensors' own API (its scheme on
-    every linear layer but the LM head, the weights' scales from their ranges), compressed into
-    ``form`` and saved as llm-compressor saves it."""
-    import torch
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import (
-        QuantizationArgs,
-        QuantizationConfig,
-        QuantizationScheme,
-        QuantizationStatus,
-        apply_quantization_config,
-    )
-    from compressed_tensors.quantization.utils import calculate_qparams
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(float_folder, dtype=torch.float32)
-    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**weights),
-                                input_activations=QuantizationArgs(**inputs) if inputs else None)
-    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], format=form))
-    with torch.no_grad():
-        for module in model.modules():
-            args = getattr(getattr(module, "quantization_scheme", None), "weights", None)
-            if args is None:
-                continue
-            weight = module.weight.unflatten(-1, (-1, args.group_size)) if args.group_size else module.weight[:, None]
-            scale, zero_point = calculate_qparams(weight.amin(-1), weight.amax(-1), args)
-            module.weight_scale.copy_(scale.reshape(module.weight_scale.shape))
-            module.weight_zero_point.copy_(zero_point.reshape(module.weight_zero_point.shape))
-            module.quantization_status = QuantizationStatus.FROZEN
-    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=form)
-    compressor.compress_model(model)
-    model.save_pretrained(out)
-    compressor.update_config(out)
-    return out
+    return quantized_variants
 
 
-W4A16_G16 = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 16}
-W4A16_G32 = {**W4A16_G16, "group_size": 32}
-W8_CHANNEL = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}
-A8_TOKEN = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
-
-
-def make(kind: str, float_folder: Path, out: Path) -> Path:
-    import torch
-    from transformers import BitsAndBytesConfig, TorchAoConfig
-
-    if kind == "torchao-int8":
-        from torchao.quantization import Int8WeightOnlyConfig
-
-        return saved_by_transformers(float_folder, out, TorchAoConfig(Int8WeightOnlyConfig()))
-    if kind == "bnb-nf4":
-        return saved_by_transformers(float_folder, out, BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                                           bnb_4bit_compute_dtype=torch.float32), device_map="cpu")
-    if kind == "bnb-int8":
-        return saved_by_transformers(float_folder, out, BitsAndBytesConfig(load_in_8bit=True), device_map="cpu")
-    if kind == "ct-w4a16-g16":
-        return saved_by_compressed_tensors(float_folder, out, W4A16_G16)
-    if kind == "ct-w4a16-g32":
-        return saved_by_compressed_tensors(float_folder, out, W4A16_G32)
-    assert kind == "ct-w8a8"
-    return saved_by_compressed_tensors(float_folder, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
+VARIANTS = benchmark()
+W4A16_G16, W8_CHANNEL, A8_TOKEN = VARIANTS.w4a16(16), VARIANTS.W8_CHANNEL, VARIANTS.A8_TOKEN
 
 
 # kind -> (its library's test mark, its description, the library's distribution)
@@ -134,7 +72,7 @@ def checkpoints(float_folder, tmp_path_factory):
 
     def get(kind: str) -> Path:
         if kind not in made:
-            made[kind] = make(kind, float_folder, tmp_path_factory.mktemp(kind))
+            made[kind] = VARIANTS.make(kind, float_folder, tmp_path_factory.mktemp(kind))
         return made[kind]
 
     return get
@@ -349,13 +287,9 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
     its quantization beside the model, as do the junit properties and the results' meta."""
     import xml.etree.ElementTree as ET
 
-    import torch
-    from transformers import BitsAndBytesConfig
-
     plain = tmp_path / "plain"
     tiny_qwen3(len(qwen_tokenizer)).save_pretrained(plain)
-    folder = saved_by_transformers(plain, tmp_path / "nf4", BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32), device_map="cpu")
+    folder = VARIANTS.make("bnb-nf4", plain, tmp_path / "nf4")
     junit, out = tmp_path / "junit.xml", tmp_path / "results.json"
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
