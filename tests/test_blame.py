@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 import torch
 from conftest import tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.backends.parts import Hybrid, StateDictPair, check_compatible, model_parts, select_parts
+from pytest_longctx.backends.parts import CANDIDATE, Hybrid, StateDictPair, check_compatible, model_parts, select_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
@@ -47,6 +48,13 @@ def candidate(original):
     return damaged(original)
 
 
+@pytest.fixture(scope="module")
+def nudged(candidate):
+    """The candidate with layer 0 changed too, by a rounding-sized nudge far below the planted damage:
+    a part blame measures (it is not the original's) whose shares must come out near 0."""
+    return damaged(candidate, layers=(0,), scale=1e-3)
+
+
 def reads(model, dataset):
     scores = score_items(TransformersBackend(model), None, dataset, "ids", progress=False)
     return {(c, n, i): (s.targets, s.controls, s.drift) for c, n, i, s in scores.items()}
@@ -79,21 +87,24 @@ def test_every_part_taken_back_is_the_original_and_none_the_candidate(original, 
     assert reads(original, dataset) == mine
 
 
-def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, candidate, dataset, qwen_tokenizer, tmp_path):
+def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, nudged, dataset, qwen_tokenizer, tmp_path):
+    candidate = nudged
     before = TransformersBackend(candidate).weights_fingerprint(), TransformersBackend(original).weights_fingerprint()
     found = blame(original, candidate, None, dataset, None, progress=False)
     assert not found.passed and found.rows
     planted = {f"layer.{n}" for n in PLANTED}
     assert {p.part.name for p in found.parts[:2]} == planted
+    harmless = next(p for p in found.parts if p.part.name == "layer.0")
+    assert not harmless.unchanged  # measured both ways, not taken as the candidate's and the original's figures
     for row in found.rows:
-        assert all(found.restore_share(p, row) > 0.0 for p in found.parts[:2])
-        assert all(abs(found.restore_share(p, row)) < 1e-9 for p in found.parts[2:])  # clean parts restore nothing
-        assert all(found.damage_share(p, row) == 0.0 for p in found.parts if p.part.name not in planted)
-        assert all(found.damage_share(p, row) > 0.05 for p in found.parts if p.part.name in planted)
+        assert all(found.restore_share(p, row) > 0.2 and found.damage_share(p, row) > 0.05 for p in found.parts[:2])
+        # the nudge moves the far drift (the hybrids hold it), by next to nothing of the planted damage's
+        assert harmless.restore[row].far != found.candidate[row].far and abs(found.restore_share(harmless, row)) < 0.02
+        assert 0.0 < found.damage_share(harmless, row) < 0.02
     assert set(found.fix_set) == planted and found.fixed
-    # the parts outside the planted layers are the original's own: not scored again, the original read once instead
-    assert {p.part.name for p in found.parts if p.unchanged} == {"embed", "layer.0", "layer.2", "final", "lm_head"}
-    assert found.hybrids == 2 * len(planted) + 1 + len(found.fix_set) - 1  # the first fix step is a restore hybrid
+    # the parts outside the changed layers are the original's own: not scored again, the original read once instead
+    assert {p.part.name for p in found.parts if p.unchanged} == {"embed", "layer.2", "final", "lm_head"}
+    assert found.hybrids == 2 * (len(planted) + 1) + 1 + len(found.fix_set) - 1  # the first fix step is a restore hybrid
     assert found.fix_cost.parameters == sum(p.numel() for n, p in original.named_parameters()
                                             if n.startswith(("model.layers.1.", "model.layers.3.")))
     assert found.verification["passed"], found.verification["failing"]
@@ -106,8 +117,45 @@ def test_a_part_is_unchanged_only_with_the_same_values_stored_the_same_way(origi
     pair = StateDictPair(original, candidate, None)
     assert [p.name for p in pair.parts("layer") if not pair.unchanged(p)] == ["layer.1", "layer.3"]
     halved = copy.deepcopy(original).to(torch.bfloat16)
-    narrow = StateDictPair(halved, copy.deepcopy(halved).to(torch.float32), None)
+    narrow = StateDictPair(halved, damaged(copy.deepcopy(halved).to(torch.float32), layers=(1,)), None)
     assert not any(narrow.unchanged(p) for p in narrow.parts("layer"))  # equal values, another dtype: changed
+
+
+def test_a_candidate_that_is_the_original_at_another_dtype_is_named(original, candidate, dataset):
+    recast = copy.deepcopy(original).to(torch.bfloat16)
+    message = ("--model b is --reference a at another dtype (bfloat16; the original holds float32), nothing else changed: "
+               "no part restores its drift")
+    with pytest.raises(LongctxError, match=re.escape(message)) as raised:
+        blame(original, recast, None, dataset, None, names=("a", "b"), progress=False)
+    assert "\n" not in str(raised.value)
+    # another dtype and damage too: blamed, and the cost says the hybrids held the kept parts at the candidate's dtype
+    pair = StateDictPair(original, damaged(original).to(torch.bfloat16), None)
+    [planted] = [p for p in pair.parts("layer") if p.name == "layer.1"]
+    assert pair.cost([planted]).precision == "the candidate's dtype (bfloat16)"
+    with pair.hybrid(CANDIDATE, [planted], "restore layer.1"):
+        taken = {n: pair.models[CANDIDATE].get_parameter(n) for n in planted.parameters}
+        assert all(t.dtype == torch.bfloat16 and torch.equal(t, original.get_parameter(n).to(torch.bfloat16))
+                   for n, t in taken.items())
+
+
+def test_a_baseline_of_another_model_is_refused(original, candidate, data_dir, tmp_path, capsys):
+    original.save_pretrained(tmp_path / "original")
+    candidate.save_pretrained(tmp_path / "candidate")
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    other = tiny_qwen3(original.config.vocab_size, seed=5, layers=4, init=0.5)  # the same data and tokenizer (ids mode)
+    score_sets(TransformersBackend(other, name="other-org/other"), None, dataset, progress=False).as_baseline().save(
+        tmp_path / "other.json.gz")
+    code = main(["blame", "--reference", str(tmp_path / "original"), "--model", str(tmp_path / "candidate"),
+                 "--baseline", str(tmp_path / "other.json.gz"), "--data", str(data_dir), "--sets", "tool_calls",
+                 "--lengths", "2k", "--limit", "1", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    [line] = [line for line in captured.err.splitlines() if line.startswith("longctx")]  # past the loaders' progress bars
+    mine, theirs = (TransformersBackend(m).weights_fingerprint()[:12] for m in (original, other))
+    assert line == (f"longctx: error: --baseline {tmp_path / 'other.json.gz'}: made from other weights (other-org/other, "
+                    f"weights {theirs}) than --reference {tmp_path / 'original'} (weights {mine}): blame needs the baseline "
+                    "of the original the candidate was made from; make it from --reference (longctx score --model "
+                    "REFERENCE --save_scores FILE), or leave --baseline out to score the original now")
 
 
 def test_the_command_blames_saved_checkpoints_and_writes_json(original, candidate, data_dir, tmp_path, capsys):

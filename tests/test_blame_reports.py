@@ -100,6 +100,11 @@ def test_the_markdown_renders_every_parts_figures_and_the_fix_set(found, models)
     fix = next(i for i in page.items if i.startswith("fix set"))
     assert f"fix set (2 parts, passes): keep {', '.join(found.fix_set)} from the original" in fix
     assert sorted(found.fix_set) == ["layer.1", "layer.3"]
+    kept = sum(models[0].get_parameter(n).numel() for p in found.parts if p.part.name in found.fix_set for n in p.part.parameters)
+    size = f"{kept * 4 / 1024:.1f} KiB"  # float32 on both sides
+    cost = (f"cost: {kept:,} parameters, held in the hybrids measured at the candidate's dtype (float32); {size} at the "
+            f"original's precision, {size} at the candidate's")
+    assert any(cost in item for item in page.items), page.items
     assert any(i.startswith("verification, the fix set through the gate on the whole selection: PASS") for i in page.items)
 
 

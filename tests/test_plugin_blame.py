@@ -8,6 +8,7 @@ import re
 import shlex
 
 import pytest
+import torch
 from conftest import needs, needs_smollm2, tiny_qwen3
 from itemkit import write_split
 from test_blame import damaged
@@ -22,6 +23,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
 from pytest_longctx.gate.thresholds import Override, Thresholds
 from pytest_longctx.reports.blame import blame_text
+from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import score_sets
 
 ROW = "Distant tool calls at 2k tokens"
@@ -43,9 +45,9 @@ def made(qwen_tokenizer, data_dir, tmp_path_factory):
     return folder
 
 
-def gate(pytester, made, data_dir, baseline="named", *args):
+def gate(pytester, made, data_dir, baseline="named", *args, model=None):
     return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={made / 'candidate'}", f"--longctx-data={data_dir}",
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={model or made / 'candidate'}", f"--longctx-data={data_dir}",
         "--longctx-sets=tool_calls", "--longctx-lengths=2k", "--longctx-limit=1", f"--longctx-baseline={made / baseline}.json.gz",
         *args)
 
@@ -132,6 +134,54 @@ def test_the_printed_command_judges_with_the_runs_thresholds(pytester, made, dat
     capsys.readouterr()
     assert main([*args[1:], "--threshold", "tool_calls-2k:kl=1000", "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("nothing to blame:")
+
+
+def test_the_printed_command_reads_as_the_gate_read_and_takes_the_candidate_from_its_score_cache(
+        pytester, made, data_dir, tmp_path, monkeypatch):
+    cache = tmp_path / "scores"
+    result = gate(pytester, made, data_dir, "named", "--longctx-trust-remote-code", "--longctx-allow-beyond-context",
+                  f"--longctx-cache-dir={cache}")
+    assert result.ret == 1
+    [command] = printed(result)
+    args = shlex.split(command)
+    assert args[-4:] == ["--trust-remote-code", "--allow-beyond-context", "--cache-dir", str(cache)]
+    answered = []  # per forward pass blame asks the cache for: the gate's answer, or None
+    get = ScoreCache.get
+
+    def recorded(self, *asked, **options):
+        answered.append(get(self, *asked, **options))
+        return answered[-1]
+
+    monkeypatch.setattr(ScoreCache, "get", recorded)
+    assert main([*args[1:], "--parts", "layer.1", "--quiet"]) == 0
+    # the candidate asked, and was answered, for every pass; the hybrids (restore, damage, verification) never ask
+    assert answered and all(found is not None for found in answered)
+
+
+def test_a_share_is_what_two_gate_runs_of_its_hybrid_say(pytester, made, data_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    loaded = {name: AutoModelForCausalLM.from_pretrained(made / name) for name in ("original", "candidate")}
+    for base, other in (("candidate", "original"), ("original", "candidate")):  # restore, then damage, layer 1
+        hybrid = AutoModelForCausalLM.from_pretrained(made / base)
+        with torch.no_grad():
+            for name, tensor in hybrid.named_parameters():
+                if name.startswith("model.layers.1."):
+                    tensor.copy_(loaded[other].get_parameter(name))
+        hybrid.save_pretrained(tmp_path / f"{base}-with-layer1")
+    far = {}
+    for name, model in (("candidate", made / "candidate"), ("restored", tmp_path / "candidate-with-layer1"),
+                        ("damaged", tmp_path / "original-with-layer1")):
+        gate(pytester, made, data_dir, "named", f"--longctx-out={tmp_path / name}.json", model=model)
+        far[name] = json.loads((tmp_path / f"{name}.json").read_text())["drift"][ROW]["far"]["kl"]
+    out = tmp_path / "blame.json"
+    assert main(["blame", "--reference", str(made / "original"), "--model", str(made / "candidate"), "--baseline",
+                 f"{made / 'named'}.json.gz", "--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k",
+                 "--limit", "1", "--parts", "layer.1", "--quiet", "--out", str(out)]) == 0
+    shares = json.loads(out.read_text())["parts"][0]["shares"][ROW]
+    assert shares["restore_far"] == pytest.approx((far["candidate"] - far["restored"]) / far["candidate"], rel=1e-6)
+    assert shares["damage_far"] == pytest.approx(far["damaged"] / far["candidate"], rel=1e-6)
+    assert shares["restore_far"] > 0.05 and shares["damage_far"] > 0.05  # shares of a planted layer, not of nothing
 
 
 @pytest.mark.parametrize(("args", "message"), [

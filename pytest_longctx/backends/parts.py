@@ -46,11 +46,13 @@ class Part:
 
 @dataclass(frozen=True)
 class Cost:
-    """What keeping parts from the original costs: parameters, and bytes at each side's types."""
+    """What keeping parts from the original costs: parameters, and bytes at each side's types; and the
+    precision the hybrids measured held them at."""
 
     parameters: int
     original_bytes: int
     candidate_bytes: int
+    precision: str = "the original's types"  # a GGUF hybrid copies the original's blocks as its file stores them
 
 
 class Pair(Protocol):
@@ -74,8 +76,8 @@ class Pair(Protocol):
         named ``label``; the models are as they were again when the context ends."""
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
-        """How to make the candidate with ``kept`` at the original's precision, in the tools'
-        own terms (none where there is no such tool)."""
+        """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),
+        in the tools' own terms (none where there is no such tool)."""
 
 
 def part_name(granularity: str, tensor: str, where: str | tuple[int, str]) -> str:
@@ -180,17 +182,40 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
 
+def _dtypes(tensors: Iterable[Any]) -> str:
+    return ", ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
+
+
 def cost(original: Any, candidate: Any, parts: Iterable[Part]) -> Cost:
     mine, theirs = parameters(original), parameters(candidate)
     names = [n for part in parts for n in part.parameters]
     return Cost(sum(mine[n].numel() for n in names), sum(mine[n].numel() * mine[n].element_size() for n in names),
-                sum(theirs[n].numel() * theirs[n].element_size() for n in names))
+                sum(theirs[n].numel() * theirs[n].element_size() for n in names),
+                f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
+
+
+def check_not_recast(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
+    """A candidate that is the original at another dtype and nothing else is one line: a part taken back
+    is cast to the candidate's dtype (``Hybrid``), where it reads exactly as the candidate's own, so every
+    restore share would be 0; its drift is the rounding of all parts at once."""
+    import torch
+
+    mine, theirs = parameters(original), parameters(candidate)
+    if all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
+            torch.equal(mine[n].data.to(device=theirs[n].device, dtype=theirs[n].dtype), theirs[n].data) for n in mine):
+        return
+    ours, other = _dtypes(mine.values()), _dtypes(theirs.values())
+    raise LongctxError(f"--model {candidate_name} is --reference {original_name} at another dtype ({other}; the original "
+                       f"holds {ours}), nothing else changed: no part restores its drift, the rounding of every part at "
+                       f"once (a part taken back is held at the candidate's dtype); load both at one dtype (--dtype), or "
+                       f"gate it against a baseline made at {other} (docs/performance.md#dtypes)")
 
 
 class Hybrid:
     """``target`` with the tensors of some parts taken from ``source``, in place: ``take(parts)``
     points them at the source's tensors (cast to the target's dtype and device where they
-    differ), ``reset()`` puts the target's own back."""
+    differ: a model runs at one dtype, so a restore hybrid holds the original's values at the
+    candidate's dtype), ``reset()`` puts the target's own back."""
 
     def __init__(self, target: Any, source: Any):
         self.target, self.source = parameters(target), parameters(source)
@@ -214,6 +239,7 @@ class StateDictPair:
 
     def __init__(self, original: Any, candidate: Any, tokenizer: Any, names: tuple[str, str] = ("original", "candidate")):
         check_compatible(original, candidate, *names)
+        check_not_recast(original, candidate, *names)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
         self.tokenizer, self.names = tokenizer, names
 

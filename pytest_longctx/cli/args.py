@@ -42,6 +42,12 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a setting of the backend (llama.cpp: cache-type-k=q8_0, cache-type-v=q4_0, threads=4, "
                         "batch-size=2048, ubatch-size=512, gpu-layers=N, flash-attn=auto; vllm: its engine arguments, "
                         "tensor-parallel-size=2; vllm-server: tokenizer=FOLDER, served-model=NAME); repeatable")
+    add_loading_arguments(parser)
+
+
+def add_loading_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a model is loaded, where past answers are kept, and progress: the reader's arguments that
+    do not name the backend (``longctx blame`` names its own)."""
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--trust-remote-code", action="store_true",
@@ -49,6 +55,11 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", metavar="DIR", help="where answers of past forward passes are kept "
                         "(default: the user cache; 'off' to disable)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def add_context_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-beyond-context", action="store_true",
+                        help="score texts longer than the model's context window (refused by default)")
 
 
 def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:

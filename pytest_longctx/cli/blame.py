@@ -7,7 +7,7 @@ import sys
 
 from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
 from pytest_longctx.backends.parts import GRANULARITIES, Pair
-from pytest_longctx.cli.args import add_threshold_arguments, names, thresholds_of
+from pytest_longctx.cli.args import add_context_argument, add_loading_arguments, add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import blame_pair
@@ -52,9 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "llama.cpp's f16 unless given here (a quantized cache of the candidate is then one more part); repeatable")
     p.add_argument("--work-dir", metavar="DIR", help="llama.cpp: the folder the hybrids' GGUF files are written in, one at a "
                    "time, each removed when read (default: the system's temporary folder)")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_loading_arguments(p)  # the candidate's and the original's answers are taken from the score cache where it holds them
+    add_context_argument(p)
     add_threshold_arguments(p)  # what the failing rows and the fix set's verification are judged with
     p.set_defaults(run=run)
 
@@ -66,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     thresholds.check_patterns(dataset_keys(dataset))  # a pattern naming nothing is refused before any model is loaded
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
     found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity, parts=args.parts,
-                       rows=args.rows, progress=not args.quiet)
+                       rows=args.rows, progress=not args.quiet, beyond_context=args.allow_beyond_context,
+                       cache_dir=args.cache_dir)
     print(blame_text(found))
     if args.out:
         write_json(args.out, found.to_json())
@@ -83,6 +83,8 @@ def pair_of(args: argparse.Namespace) -> Pair:
     if args.backend == "llama.cpp" and (args.dtype != "auto" or args.device not in ("auto", "cpu")):
         raise LongctxError(f"--dtype {args.dtype} --device {args.device}: blame --backend llama.cpp runs the files' own "
                            "types on the CPU; leave both auto (layers on a GPU: --backend-option gpu-layers=N)")
+    if args.backend == "llama.cpp" and args.trust_remote_code:
+        raise LongctxError("--trust-remote-code: llama.cpp runs no model code of its own, so it does not apply; leave it out")
     if args.backend != "llama.cpp" and args.reference_option:
         raise LongctxError(f"--reference-option {args.reference_option[0]}: for --backend llama.cpp only; transformers loads "
                            "both checkpoints with the same --backend-option values")
@@ -91,4 +93,4 @@ def pair_of(args: argparse.Namespace) -> Pair:
     if args.work_dir:
         check_writable(args.work_dir, "--work-dir", folder=True)
     return load_models(args.backend, args.reference, args.model, args.dtype, args.device, args.backend_option,
-                       args.reference_option, work_dir=args.work_dir)
+                       args.reference_option, args.trust_remote_code, work_dir=args.work_dir)

@@ -7,7 +7,7 @@ from typing import Callable
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
-from pytest_longctx.cli.args import add_reader_arguments, names, nonnegative
+from pytest_longctx.cli.args import add_context_argument, add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
@@ -36,8 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
                    help="the reference model's saved scores: the rules effects are measured against it")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
-    p.add_argument("--allow-beyond-context", action="store_true",
-                   help="score texts longer than the model's context window (refused by default)")
+    add_context_argument(p)
     p.add_argument("--min-effect", type=nonnegative, default=COUNT_NATS, metavar="NATS",
                    help=f"rules: the reference's rule effect a target needs to be counted (default {COUNT_NATS:g} nats)")
     add_reader_arguments(p)

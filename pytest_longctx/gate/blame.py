@@ -24,9 +24,9 @@ surgery on the loaded models; llama.cpp: GGUF files written with the parts copie
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.base import Backend, describe
 from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, StateDictPair, select_parts
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
@@ -34,6 +34,7 @@ from pytest_longctx.gate.losses import losses
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.progress import Progress, labelled
+from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
 from pytest_longctx.scoring.pipeline import compute_sets, needed_fingerprints, score_items, score_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
@@ -134,37 +135,57 @@ class Blame:
         }
 
 
-class Scorer:
-    """Scores hybrids of a pair on the blamed rows' items against the baseline."""
+@dataclass(frozen=True)
+class Reading:
+    """How blame reads its models, as the gate read the candidate: ``beyond_context`` (texts longer than the
+    model's window), and where the score cache is (``cache_dir``: None the user cache, 'off' none)."""
 
-    def __init__(self, pair: Pair, dataset: Dataset, baseline: ScoresFile, mode: str, thresholds: Thresholds,
-                 rows: Sequence[str], progress: bool):
-        self.pair, self.dataset, self.baseline, self.mode = pair, dataset, baseline, mode
-        self.thresholds, self.rows, self.progress = thresholds, list(rows), progress
-        self.baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
-        self.runs = 0
+    beyond_context: bool = False
+    cache_dir: str | None = "off"
+    progress: bool = True
 
     def factory(self, label: str) -> Callable[[int, int], Progress] | bool:
-        if not self.progress:
-            return False
-        return labelled(label)
+        return labelled(label) if self.progress else False
+
+    def cache(self, backend: Backend, taken: Sequence[Part]) -> ScoreCache | None:
+        """The score cache for a model as loaded (none taken: the candidate or the original, whose answers a
+        gate run may hold), none for a hybrid: its answers are never asked for twice."""
+        return None if taken else ScoreCache.for_backend(backend, self.cache_dir)
+
+
+class Scorer:
+    """Scores a pair's hybrids against the baseline as the gate judges them: on a whole selection
+    (``gated``), or on the blamed rows' items, their row states (``__call__``, once ``blamed`` names them)."""
+
+    def __init__(self, pair: Pair, baseline: ScoresFile, thresholds: Thresholds, reading: Reading):
+        self.pair, self.baseline, self.thresholds, self.reading = pair, baseline, thresholds, reading
+        self.rows: list[str] = []
+        self.items = Dataset(source="", configs={})  # the blamed rows' items
+        self.items_sets: dict = {}  # the baseline's sets on them
+        self.runs = 0
+
+    def blamed(self, rows: Sequence[str], items: Dataset) -> None:
+        self.rows, self.items, self.items_sets = list(rows), items, self.baseline_sets(items)
 
     def __call__(self, base: str, taken: Sequence[Part], label: str) -> dict[str, RowState]:
         """The blamed rows with ``base`` (ORIGINAL or CANDIDATE) holding ``taken`` from the other side."""
         self.runs += 1
-        with self.pair.hybrid(base, taken, label) as backend:
-            _, _, evaluation = gated(backend, self.pair.tokenizer, self.dataset, self.mode, self.baseline, self.baseline_sets,
-                                     self.thresholds, self.factory(f"blame {label}"))
+        _, _, evaluation = self.gated(base, taken, label, self.items, f"blame {label}", self.items_sets)
         return row_states(evaluation, self.rows)
 
+    def gated(self, base: str, taken: Sequence[Part], label: str, dataset: Dataset, shown: str,
+              baseline_sets: dict | None = None) -> tuple[ScoresFile, dict, Evaluation]:
+        """The hybrid's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation
+        (``baseline_sets``: the baseline's on ``dataset``, where known)."""
+        with self.pair.hybrid(base, taken, label) as backend:
+            scores = score_items(backend, self.pair.tokenizer, dataset, self.baseline.mode, self.reading.factory(shown),
+                                 cache=self.reading.cache(backend, taken), beyond_context=self.reading.beyond_context,
+                                 reference=self.baseline)
+        sets = compute_sets(dataset, scores, self.baseline, self.thresholds.min_effect)
+        return scores, sets, evaluate(sets, baseline_sets or self.baseline_sets(dataset), self.thresholds)
 
-def gated(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, baseline: ScoresFile,
-          baseline_sets: dict, thresholds: Thresholds, progress: Callable[[int, int], Progress] | bool,
-          ) -> tuple[ScoresFile, dict, Evaluation]:
-    """A model's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation."""
-    scores = score_items(backend, tokenizer, dataset, mode, progress, reference=baseline)
-    sets = compute_sets(dataset, scores, baseline, thresholds.min_effect)
-    return scores, sets, evaluate(sets, baseline_sets, thresholds)
+    def baseline_sets(self, dataset: Dataset) -> dict:
+        return compute_sets(dataset, self.baseline, None, self.thresholds.min_effect)
 
 
 def _rows_items(dataset: Dataset, evaluation: Evaluation, rows: Sequence[str]) -> Dataset:
@@ -174,7 +195,8 @@ def _rows_items(dataset: Dataset, evaluation: Evaluation, rows: Sequence[str]) -
 
 
 def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: str) -> list[str]:
-    """The failing rows with drift figures (``--rows`` narrows them), in the gate's order."""
+    """The failing rows with drift figures (``--rows`` narrows them), in the gate's order: whichever of
+    their checks fails (drift, accuracy), far drift is what blame measures of each part."""
     failing = evaluation.failing_rows()
     measured = [r for r in evaluation.row_sources if r in failing and r in evaluation.drift]
     if not measured:
@@ -189,6 +211,21 @@ def choose_rows(evaluation: Evaluation, wanted: Sequence[str] | None, baseline: 
     return [r for r in measured if r in wanted]
 
 
+def check_made_by(baseline: ScoresFile, reference: Mapping[str, Any], name: str) -> None:
+    """The baseline is the reference's own, where both name their weights' fingerprint: against another
+    model's baseline (same data and tokenizer) blame would share out damage the compression never did."""
+    theirs, mine = baseline.meta.get("weights"), reference.get("weights")
+    if not theirs or not mine or theirs == mine:
+        return
+    dtype, loaded = baseline.meta.get("dtype"), reference.get("dtype")
+    hint = (f"it was made at {dtype}, where --reference loads at {loaded} (--dtype)" if dtype != loaded
+            else "make it from --reference (longctx score --model REFERENCE --save_scores FILE), or leave --baseline out "
+                 "to score the original now")
+    raise LongctxError(f"--baseline {baseline.path}: made from other weights ({baseline.meta.get('model')}, weights "
+                       f"{str(theirs)[:12]}) than --reference {name} (weights {str(mine)[:12]}): blame needs the baseline of "
+                       f"the original the candidate was made from; {hint}")
+
+
 def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,
           names: tuple[str, str] = ("original", "candidate"), **options: Any) -> Blame:
     """Blame the parts of ``candidate`` (a transformers model) for its failing rows against
@@ -199,34 +236,37 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
 
 def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thresholds: Thresholds | None = None,
                granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
-               verify: bool = True, progress: bool = True) -> Blame:
+               verify: bool = True, progress: bool = True, beyond_context: bool = False, cache_dir: str | None = "off",
+               ) -> Blame:
     """Blame the parts of the pair's candidate for its failing rows against the original's
-    ``baseline`` (None: the original is scored on ``dataset`` first)."""
+    ``baseline`` (None: the original is scored on ``dataset`` first), reading the models as
+    ``Reading`` says (the candidate's answers from the score cache in ``cache_dir`` where a gate
+    run left them)."""
     thresholds = thresholds or Thresholds()
+    reading = Reading(beyond_context, cache_dir, progress)
     names, tokenizer = pair.names, pair.tokenizer
     chosen = select_parts(pair.parts(granularity), parts, granularity)
-    if baseline is None:
-        with pair.hybrid(ORIGINAL, [], names[0]) as backend:
-            baseline = score_sets(backend, tokenizer, dataset, progress=progress).as_baseline()
-        where = f"the original {names[0]}, scored now"
-    else:
-        where = f"baseline {baseline.path}"
-        if not baseline.has_drift:
-            raise LongctxError(f"--baseline {baseline.path}: holds no drift blocks (the most likely tokens at every read, "
-                               "written since scores file version 2): re-make it from the original")
-        check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode), needed_fingerprints(dataset),
-                   what="--baseline")
-    mode = baseline.mode
-    factory = labelled(f"blame: the candidate {names[1]}") if progress else False
-    baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
-    with pair.hybrid(CANDIDATE, [], names[1]) as backend:
-        _, _, evaluation = gated(backend, tokenizer, dataset, mode, baseline, baseline_sets, thresholds, factory)
+    with pair.hybrid(ORIGINAL, [], names[0]) as backend:
+        if baseline is None:
+            baseline = score_sets(backend, tokenizer, dataset, progress=progress, cache=reading.cache(backend, []),
+                                  beyond_context=beyond_context).as_baseline()
+            where = f"the original {names[0]}, scored now"
+        else:
+            where = f"baseline {baseline.path}"
+            if not baseline.has_drift:
+                raise LongctxError(f"--baseline {baseline.path}: holds no drift blocks (the most likely tokens at every "
+                                   "read, written since scores file version 2): re-make it from the original")
+            check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode),
+                       needed_fingerprints(dataset), what="--baseline")
+            check_made_by(baseline, describe(backend), names[0])
+    scorer = Scorer(pair, baseline, thresholds, reading)
+    _, _, evaluation = scorer.gated(CANDIDATE, [], names[1], dataset, f"blame: the candidate {names[1]}")
     found = Blame(names[0], names[1], granularity, passed=not evaluation.failing_rows())
     if found.passed:
         return found
     found.rows = choose_rows(evaluation, rows, where)
     found.candidate = row_states(evaluation, found.rows)
-    scorer = Scorer(pair, _rows_items(dataset, evaluation, found.rows), baseline, mode, thresholds, found.rows, progress)
+    scorer.blamed(found.rows, _rows_items(dataset, evaluation, found.rows))
     found.parts = [PartBlame(part, pair.cost([part]), unchanged=pair.unchanged(part)) for part in chosen]
     changed = [entry for entry in found.parts if not entry.unchanged]
     for direction, base in ((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL)):
@@ -240,13 +280,12 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
                 entry.restore.update(found.candidate)
                 entry.damage.update(original)
     found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
-    _fix(found, scorer, thresholds, dataset, baseline, baseline_sets, verify)
+    _fix(found, scorer, dataset, verify, every_part=parts is None)
     found.hybrids = scorer.runs
     return found
 
 
-def _fix(found: Blame, scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile, baseline_sets: dict,
-         verify: bool) -> None:
+def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_part: bool) -> None:
     """The greedy fix set, its cost and recipe, and (``verify``) its gate run on the whole selection."""
     states = found.candidate
     kept: list[Part] = []
@@ -259,26 +298,22 @@ def _fix(found: Blame, scorer: Scorer, thresholds: Thresholds, dataset: Dataset,
         states = entry.restore if len(kept) == 1 else scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
         found.fix_steps.append(states)
     found.fixed = all(s.passed for s in states.values())
+    elsewhere = "in how the parts interact" if every_part else "in parts not measured (--parts) or in how the parts interact"
     if not found.fix_set:
-        found.notes.append("no part measured restores any of the far drift: the damage lies in parts not measured "
-                           "(--parts) or in how the parts interact")
+        found.notes.append(f"no part measured restores any of the far drift: the damage lies {elsewhere}")
     elif not found.fixed:
         found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
-                           "measured), a blamed row still fails: the rest of the damage lies in parts not measured "
-                           "(--parts) or in how the parts interact")
+                           f"measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
     found.fix_cost = scorer.pair.cost(kept)
     found.recipe = scorer.pair.recipe(kept) if kept else []
     if verify and found.fix_set:
-        found.verification = _verify(kept, scorer, thresholds, dataset, baseline, baseline_sets)
+        found.verification = _verify(kept, scorer, dataset)
 
 
-def _verify(kept: Sequence[Part], scorer: Scorer, thresholds: Thresholds, dataset: Dataset, baseline: ScoresFile,
-            baseline_sets: dict) -> dict[str, Any]:
+def _verify(kept: Sequence[Part], scorer: Scorer, dataset: Dataset) -> dict[str, Any]:
     """The candidate with ``kept`` from the original (the fix set's hybrid) through the gate on the whole selection."""
-    with scorer.pair.hybrid(CANDIDATE, kept, "fix set") as backend:
-        scores, sets, evaluation = gated(backend, scorer.pair.tokenizer, dataset, scorer.mode, baseline, baseline_sets,
-                                         thresholds, scorer.factory("blame: verifying the fix set"))
-    items, _ = losses(scores, baseline, sets, baseline_sets, thresholds, dataset)
+    scores, sets, evaluation = scorer.gated(CANDIDATE, kept, "fix set", dataset, "blame: verifying the fix set")
+    items, _ = losses(scores, scorer.baseline, sets, scorer.baseline_sets(dataset), scorer.thresholds, dataset)
     failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
     failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]
     return {"passed": not failing, "failing": failing, "checks": len([v for v in evaluation.verdicts if v.applicable])}

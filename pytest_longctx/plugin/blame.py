@@ -3,10 +3,11 @@ printed after the summary, and with ``--longctx-blame`` that blame run at once (
 "From the gate"). Loaded only when a model gate runs (it imports the scoring engine).
 
 The command blames the failing rows with drift figures, on the sets and lengths they come
-from, with the run's backend (transformers or llama.cpp) and its options, data, limit, dtype and
-device, and the run's thresholds where they are not the defaults (so it judges as the run judged);
-the original is ``--longctx-blame-reference``, else the model the baseline was made from, as its
-meta names it, where this machine can load it."""
+from, with the run's backend (transformers or llama.cpp) and its options, data, limit, dtype, device,
+--trust-remote-code, --allow-beyond-context and score cache (whose answers for the candidate
+blame then reads instead of scoring it again), and the run's thresholds where they are not the
+defaults (so it judges as the run judged); the original is ``--longctx-blame-reference``, else
+the model the baseline was made from, as its meta names it, where this machine can load it."""
 from __future__ import annotations
 
 import fnmatch
@@ -111,6 +112,12 @@ class BlameAfterGate:
         for flag, value in (("--dtype", options.dtype), ("--device", options.device)):
             if value != "auto" and options.backend == "hf":  # llama.cpp runs the files' own types
                 args += [flag, value]
+        for flag, given in (("--trust-remote-code", options.trust_remote_code),
+                            ("--allow-beyond-context", options.allow_beyond_context)):
+            if given:
+                args.append(flag)
+        if options.cache_dir:  # where the gate left the candidate's answers
+            args += ["--cache-dir", options.cache_dir]
         args += threshold_arguments(options.thresholds, dataset_keys(self.items(rows)))
         return shlex.join(args)
 
@@ -154,7 +161,9 @@ class BlameAfterGate:
 
     def blame(self, rows: list[str]) -> Blame:
         """Blame ``rows`` on the items of their configs and lengths, with this run's thresholds."""
-        return blame_pair(self.pair(), self.items(rows), self.run.baseline, thresholds=self.run.options.thresholds, rows=rows)
+        options = self.run.options
+        return blame_pair(self.pair(), self.items(rows), self.run.baseline, thresholds=options.thresholds, rows=rows,
+                          beyond_context=options.allow_beyond_context, cache_dir=options.cache_dir)
 
     def pair(self) -> Pair:
         """The original and the candidate as the gate's backend loads its model (llama.cpp: the original with

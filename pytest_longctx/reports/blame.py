@@ -76,8 +76,9 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
         spent, after = found.fix_cost, found.fix_steps[-1]
         state = "passes" if found.fixed else "does NOT make every blamed row pass"
         details = [f"{row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
-        details.append(f"cost: {_count(spent.parameters)} parameters, {_bytes(spent.original_bytes)} at the original's dtype "
-                       f"({_bytes(spent.candidate_bytes)} at the candidate's)")
+        details.append(f"cost: {_count(spent.parameters)} parameters, held in the hybrids measured at {spent.precision}; "
+                       f"{_bytes(spent.original_bytes)} at the original's precision, {_bytes(spent.candidate_bytes)} at the "
+                       "candidate's")
         lines.append((f"fix set ({len(found.fix_set)} parts, {state}): keep {', '.join(found.fix_set)} from the original",
                       details))
     if found.verification is not None:
