@@ -1,9 +1,10 @@
 """``longctx blame`` (docs/blame.md): which parts of a compression made the gate fail, and
 which to keep from the original so that it passes.
 
-The candidate is compared with the original's baseline as the gate compares it; the rows
-whose drift check fails (mean KL_K at far reads beyond the row's threshold) are blamed. On
-those rows' items only, each part is measured in two directions:
+The candidate is compared with the original's baseline as the gate compares it; the failing
+rows with drift figures are blamed, whichever of their checks fails (drift: mean KL_K at far
+reads beyond the row's threshold; or accuracy), since far drift is what is measured of each
+part. On those rows' items only, each part is measured in two directions:
 
 * restore: the candidate with the part taken back from the original; its share is how much
   of the candidate's far drift (and far excess: far minus near or control, gate/drift.py)
