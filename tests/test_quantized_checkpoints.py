@@ -264,6 +264,22 @@ def test_a_checkpoint_whose_library_is_missing_names_the_extra(module, extra, wh
     assert message.endswith(f"): pip install 'pytest-longctx[{extra}]'") and "damaged" not in message and "\n" not in message
 
 
+@needs_compressed_tensors
+def test_a_library_transformers_finds_too_old_names_the_extra(checkpoints, monkeypatch):
+    """It imports, so it is not missing: transformers refuses its version (ImportError), and the line
+    says so with the extra, not that the weights file is damaged."""
+    from transformers.quantizers import quantizer_compressed_tensors
+
+    monkeypatch.setattr(quantizer_compressed_tensors, "is_compressed_tensors_available", lambda: False)
+    folder = str(checkpoints("ct-w4a16-g16"))
+    with pytest.raises(LongctxError) as exc:
+        load_backend(folder, "hf", "float32", "cpu")
+    assert str(exc.value).startswith(f"--model {folder}: its quantization (compressed-tensors W4A16, groups of 16) needs a "
+                                     "library that is missing here or too old: Using `compressed_tensors` quantized models "
+                                     "requires compressed-tensors>=")
+    assert str(exc.value).endswith("; pip install 'pytest-longctx[compressed-tensors]'")
+
+
 def test_a_checkpoint_that_runs_only_on_a_gpu_says_so_on_a_cpu(float_folder, tmp_path):
     import torch
 

@@ -211,7 +211,7 @@ def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: st
                            f"CPU ({first}); score it on a GPU (--device cuda)") from None
     if isinstance(exc, ImportError):
         hint = quantized.install_hint(quantization)
-        raise LongctxError(f"--model {model}: its quantization ({what}) needs a library that does not import here: "
+        raise LongctxError(f"--model {model}: its quantization ({what}) needs a library that is missing here or too old: "
                            f"{first}{'; ' + hint if hint else ''}") from None
 
 
