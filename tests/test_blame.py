@@ -180,6 +180,24 @@ def test_the_command_blames_saved_checkpoints_and_writes_json(original, candidat
     assert "restore: far drift" in shown and "does NOT make every blamed row pass" in shown and "verification" in shown
 
 
+def test_texts_beyond_the_context_window_are_blamed_only_when_allowed(qwen_tokenizer, data_dir, tmp_path, capsys):
+    short = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=4, init=0.5)
+    short.config.max_position_embeddings = 64  # the test items run past it
+    short.save_pretrained(tmp_path / "original")
+    damaged(short).save_pretrained(tmp_path / "candidate")
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    score_sets(TransformersBackend(short), None, dataset, progress=False, beyond_context=True).as_baseline().save(
+        tmp_path / "baseline.json.gz")
+    command = ["blame", "--reference", str(tmp_path / "original"), "--model", str(tmp_path / "candidate"), "--baseline",
+               str(tmp_path / "baseline.json.gz"), "--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k",
+               "--limit", "1", "--parts", "layer.1", "--quiet"]
+    assert main(command) == 2
+    refused = capsys.readouterr().err
+    assert "beyond the model's context window of 64" in refused and "blame: --allow-beyond-context" in refused
+    assert main([*command, "--allow-beyond-context"]) == 0
+    assert "layer.1" in capsys.readouterr().out
+
+
 def test_a_candidate_that_passes_has_nothing_to_blame(original, data_dir, tmp_path, capsys):
     original.save_pretrained(tmp_path / "same")
     code = main(["blame", "--reference", str(tmp_path / "same"), "--model", str(tmp_path / "same"), "--data",

@@ -158,6 +158,23 @@ def test_the_printed_command_reads_as_the_gate_read_and_takes_the_candidate_from
     assert answered and all(found is not None for found in answered)
 
 
+def test_longctx_blame_takes_the_candidate_from_the_runs_score_cache(pytester, made, data_dir, tmp_path, monkeypatch):
+    answered = []  # every answer the score cache gave during the run: the gate's first run finds it empty
+    get = ScoreCache.get
+
+    def recorded(self, *asked, **options):
+        found = get(self, *asked, **options)
+        if found is not None:
+            answered.append(found)
+        return found
+
+    monkeypatch.setattr(ScoreCache, "get", recorded)
+    result = gate(pytester, made, data_dir, "named", "--longctx-blame", "--longctx-max-kl=0.04",
+                  f"--longctx-cache-dir={tmp_path / 'scores'}")
+    assert result.ret == 1 and any(line.startswith("fix set (") for line in result.outlines)
+    assert answered  # the blame read what the gate had just scored
+
+
 def test_a_share_is_what_two_gate_runs_of_its_hybrid_say(pytester, made, data_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -175,7 +175,7 @@ def check_context_window(backend: Backend, plans: list[ItemReads]) -> None:
         raise LongctxError(
             f"{longest.config} {longest.length}: item {longest.item.id} is read over {longest.tokens_needed} tokens, "
             f"beyond the model's context window of {window} (max_position_embeddings); {fewer}, or "
-            "allow it with --longctx-allow-beyond-context (longctx score: --allow-beyond-context)"
+            "allow it with --longctx-allow-beyond-context (longctx score and blame: --allow-beyond-context)"
         )
 
 
