@@ -11,6 +11,15 @@ from itemkit import build_rows, write_split
 
 pytest_plugins = ["pytester"]
 
+# pytester runs the plugin in this process and afterwards drops every module that run imported.
+# matplotlib, first imported inside such a run (the HTML report's plots), then came back as new
+# Python modules beside C extensions that stay loaded, and the next report in this process failed
+# ("Single argument to subplot must be a three-digit integer, not GridSpec(1, 1)[0:1, 0:1]": two
+# SubplotSpec classes). Imported here, before any run, it is never dropped.
+if importlib.util.find_spec("matplotlib") is not None:
+    importlib.import_module("matplotlib.figure")
+    importlib.import_module("matplotlib.backends.backend_svg")
+
 
 @functools.cache
 def import_problem(module: str, load: bool = True) -> str | None:
