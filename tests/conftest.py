@@ -11,15 +11,6 @@ from itemkit import build_rows, write_split
 
 pytest_plugins = ["pytester"]
 
-# pytester runs the plugin in this process and afterwards drops every module that run imported.
-# matplotlib, first imported inside such a run (the HTML report's plots), then came back as new
-# Python modules beside C extensions that stay loaded, and the next report in this process failed
-# ("Single argument to subplot must be a three-digit integer, not GridSpec(1, 1)[0:1, 0:1]": two
-# SubplotSpec classes). Imported here, before any run, it is never dropped.
-if importlib.util.find_spec("matplotlib") is not None:
-    importlib.import_module("matplotlib.figure")
-    importlib.import_module("matplotlib.backends.backend_svg")
-
 
 @functools.cache
 def import_problem(module: str, load: bool = True) -> str | None:
@@ -35,6 +26,16 @@ def import_problem(module: str, load: bool = True) -> str | None:
         text = str(error).strip()
         return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
     return None
+
+
+# pytester runs the plugin in this process and afterwards drops every module that run imported.
+# matplotlib, first imported inside such a run (the HTML report's plots), then came back as new
+# Python modules beside C extensions that stay loaded, and the next report in this process failed
+# ("Single argument to subplot must be a three-digit integer, not GridSpec(1, 1)[0:1, 0:1]": two
+# SubplotSpec classes). Imported here, before any run, it is never dropped; where it is missing
+# (or blocked, as test_optional_modules does) nothing is imported.
+for _module in ("matplotlib.figure", "matplotlib.backends.backend_svg"):
+    import_problem(_module)
 
 
 def needs(*modules: str, install: str, load: bool = True, required_by: str = "LONGCTX_TEST_ALL_EXTRAS") -> pytest.MarkDecorator:
