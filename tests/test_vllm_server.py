@@ -244,23 +244,16 @@ def test_the_served_model_is_checked(standin):
     assert backend.describe()["served_model"] == "org/tiny-int4"
 
 
-def test_a_prompt_beyond_max_model_len_is_one_line_before_any_request(standin):
-    standin.max_model_len = 100
+@pytest.mark.parametrize("max_model_len", [100, 150])  # beyond it, and exactly it: no room for the generated token
+def test_a_prompt_that_leaves_no_room_within_max_model_len_is_one_line_before_any_request(standin, max_model_len):
+    standin.max_model_len = max_model_len
     backend = connect(standin)
     with pytest.raises(LongctxError, match="prompt of 150 tokens and the token vLLM generates after it, beyond vLLM's "
-                                           "max_model_len of 100"):
+                                           f"max_model_len of {max_model_len}"):
         backend.read(list(range(200)), [149], [[1]])
     assert standin.prompts == []
-
-
-def test_a_prompt_of_exactly_max_model_len_leaves_no_room_for_the_generated_token(standin):
-    standin.max_model_len = 150
-    backend = connect(standin)
-    with pytest.raises(LongctxError, match="prompt of 150 tokens and the token vLLM generates after it, beyond vLLM's "
-                                           "max_model_len of 150"):
-        backend.read(list(range(200)), [149], [[1]])
-    assert standin.prompts == []
-    assert len(backend.read(list(range(200)), [148], [[1]]).top1) == 1  # 149 tokens and the generated one fit
+    # max_model_len - 1 prompt tokens and the generated one fit
+    assert len(backend.read(list(range(200)), [max_model_len - 2], [[1]]).top1) == 1
 
 
 def test_the_api_key_comes_from_the_environment_and_goes_nowhere(standin, monkeypatch):
