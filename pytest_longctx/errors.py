@@ -22,3 +22,9 @@ def without_credentials(text: str) -> str:
     """``text`` as a line or a file may show it: every URL's user and password
     (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``)."""
     return _CREDENTIALS.sub(r"\1***@", text)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for quoting it in one line; empty when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError, first_line, without_credentials
 
 BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory",
            "vllm": "pytest_longctx.backends.vllm:factory", "vllm-server": "pytest_longctx.backends.vllm:server_factory"}
@@ -84,7 +84,7 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     except LongctxError:
         raise
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = first_line(exc)
         raise LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
                                                f"{type(exc).__name__}" + (f": {first}" if first else ""))) from None
     if not callable(getattr(made, "read", None)):

@@ -25,7 +25,7 @@ import numpy as np
 from pytest_longctx.backends import option_values, quantized
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, first_line
 from pytest_longctx.paths import cache_dir, write_atomically
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -204,7 +204,7 @@ def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: st
     ImportError for both). Anything else is left to the caller."""
     if not quantization:
         return
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = first_line(exc) or type(exc).__name__
     what = quantized.describe(quantization)
     if device == "cpu" and GPU_ONLY.search(str(exc)):
         raise LongctxError(f"--model {model}: its quantization ({what}) runs only on a GPU kernel, and this run is on the "
@@ -261,12 +261,12 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         _refuse_quantization(model, quantization, device, exc)
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise LongctxError(_needs_own_code(model)) from None
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
         raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
     except Exception as exc:  # e.g. a damaged weights file in another format (safetensors, torch, GGUF raise their own types)
         _refuse_quantization(model, quantization, device, exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = first_line(exc)
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
     return (loaded if loading else loaded.to(device)).eval(), tokenizer

@@ -8,6 +8,8 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Mapping
 
+from pytest_longctx.errors import first_line
+
 # quant_method -> (the module transformers imports to run it, its distribution: also the extra's name)
 LIBRARIES: dict[str, tuple[str, str]] = {
     "torchao": ("torchao", "torchao"),
@@ -46,7 +48,7 @@ def missing_library(quantization: Mapping[str, Any]) -> str | None:
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - not installed, or installed but failing on import
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = first_line(exc) or type(exc).__name__
         return (f"its weights are quantized by {extra} ({describe(quantization)}), which does not import here "
                 f"({why}): pip install 'pytest-longctx[{extra}]'")
     return None
