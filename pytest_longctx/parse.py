@@ -86,3 +86,17 @@ def option_value(option: str, value: Any, parse: Callable[[Any], T]) -> T:
 def check_limit(limit: int | None) -> int | None:
     """``--limit``: None (every item) or at least 1."""
     return None if limit is None else option_value("--limit", limit, at_least_one)
+
+
+def scalar(text: str) -> Any:
+    """A ``key=value`` value as command lines take it: true/false, a whole or decimal number,
+    else the text (vLLM's engine arguments, a KV-cache press's arguments)."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()

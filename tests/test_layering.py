@@ -25,6 +25,11 @@ LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface
 LAZY_LIBRARIES |= {"src", "tooltrim", "llmlingua", "tiktoken"}
 # the vLLM backends' libraries: the engine (its own environment) and the HTTP client
 LAZY_LIBRARIES |= {"vllm", "httpx"}
+# kvpress's presses (backends/presses.py): its own environment, with an older transformers
+LAZY_LIBRARIES |= {"kvpress"}
+# a checkpoint's own quantization library (a blame hybrid rounds as compressed-tensors does), and the YAML of the
+# llm-compressor recipe blame prints (read only for a candidate llm-compressor made)
+LAZY_LIBRARIES |= {"compressed_tensors", "yaml"}
 
 
 def module_name(path: Path) -> str:

@@ -48,16 +48,26 @@ def option_values(options: Mapping[str, str], table: Mapping[str, tuple[str, Cal
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",
-                 options: Sequence[str] = (), trust_remote_code: bool = False) -> tuple[Backend, Any]:
+                 options: Sequence[str] = (), trust_remote_code: bool = False, kv_press: str | None = None) -> tuple[Backend, Any]:
     """(backend, tokenizer) for a model reference.
 
     ``backend`` is ``hf`` (transformers), ``llama.cpp``, an entry point's name or
     ``module:factory``; the factory is called as ``factory(model=..., dtype=..., device=...)``
     (and ``options={KEY: VALUE}`` when ``--backend-option``s are given, ``trust_remote_code=True``
     when the user allows a model's own code to run) and returns the backend; its tokenizer is
-    its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode).
+    its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode). ``kv_press``: a kvpress
+    press (``--kv-press``, backends/presses.py), which the transformers backend takes as its
+    ``kv-press`` option.
     """
     settings = backend_options(options)
+    if kv_press:
+        if backend != "hf":
+            raise LongctxError(f"--kv-press {kv_press}: kvpress's presses run in the transformers backend (--backend hf), "
+                               f"not {backend}")
+        if "kv-press" in settings:
+            raise LongctxError(f"--kv-press {kv_press}: a press is also given as --backend-option kv-press={settings['kv-press']}; "
+                               "give one")
+        settings["kv-press"] = kv_press
     try:
         factory = resolve(backend, BACKENDS, BUILTIN)
     except RegistryError as exc:

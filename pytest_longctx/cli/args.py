@@ -42,6 +42,9 @@ def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a setting of the backend (llama.cpp: cache-type-k=q8_0, cache-type-v=q4_0, threads=4, "
                         "batch-size=2048, ubatch-size=512, gpu-layers=N, flash-attn=auto; vllm: its engine arguments, "
                         "tensor-parallel-size=2; vllm-server: tokenizer=FOLDER, served-model=NAME); repeatable")
+    parser.add_argument("--kv-press", metavar="NAME[:KEY=VALUE,...]",
+                        help="compress each read's context with a kvpress press (transformers backend): snapkv:compression_ratio=0.5, "
+                        "streaming_llm:compression_ratio=0.75,n_sink=4, knorm, tova, expected_attention, or module:object")
     add_loading_arguments(parser)
 
 

@@ -12,7 +12,7 @@ from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import DEFAULT_METHODS, full_context_line, matched_table, pareto_table
 from pytest_longctx.data.records import SUITES
-from pytest_longctx.errors import without_credentials
+from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.paths import check_writable
 from pytest_longctx.reports.format import write_json
 
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     shown = without_credentials(args.model) if args.model else None  # the reader as the output names it
     bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, shown, Path.cwd())
     backend = None
+    if args.kv_press:
+        raise LongctxError(f"--kv-press {args.kv_press}: compress-bench does not run KV-cache presses yet; gate a press with "
+                           "longctx score --kv-press or pytest --longctx-kv-press")
     if args.model:
         backend, _ = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                   args.trust_remote_code)

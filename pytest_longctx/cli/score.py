@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     narrowed = _narrowing(args, selected.__contains__)  # before the model loads: nothing is scored in vain
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
-                                      args.trust_remote_code)
+                                      args.trust_remote_code, kv_press=args.kv_press)
     try:
         cache = ScoreCache.for_backend(backend, args.cache_dir)
         results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,

@@ -57,6 +57,9 @@ OPTIONS = (
            "server) or module:factory", "hf"),
     Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4, …); repeatable",
            ini=False, kind="pairs"),
+    Option("kv-press", "compress each read's context with a kvpress press in the transformers backend, NAME[:key=value,...] "
+           "(snapkv:compression_ratio=0.5, streaming_llm:compression_ratio=0.75,n_sink=4, knorm, tova, expected_attention) or "
+           "module:object; the baseline is the same model without it"),
     Option("cache-dir", "where answers of past forward passes are kept (default: the user cache; 'off' to disable)"),
     Option("max-drop", "facts and distant tool calls: largest allowed accuracy drop below the baseline", 0.05, kind="float"),
     Option("min-retained", "rules: lowest allowed retained effect in every cell", 0.90, kind="float"),
@@ -133,6 +136,7 @@ class GateOptions:
     min_retention_verbatim: float = 1.0
     min_retention_paraphrase: float = 0.95
     backend_options: tuple[str, ...] = ()  # --longctx-backend-option KEY=VALUE
+    kv_press: str | None = None  # --longctx-kv-press NAME[:key=value,...]
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
 
@@ -202,7 +206,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         out=values["longctx_out"], only=bool(values["longctx_only"]),
         allow_beyond_context=bool(values["longctx_allow_beyond_context"]), dtype=values["longctx_dtype"], device=values["longctx_device"],
         backend=values["longctx_backend"], backend_options=values["longctx_backend_option"] or (),
-        trust_remote_code=bool(values["longctx_trust_remote_code"]),
+        trust_remote_code=bool(values["longctx_trust_remote_code"]), kv_press=values["longctx_kv_press"],
         cache_dir=values["longctx_cache_dir"],
         thresholds=Thresholds(**{field: values[BY_NAME[name].dest] for field, name in THRESHOLD_OPTIONS.items()
                                  if field != "overrides"}, overrides=tuple(overrides)),

@@ -54,7 +54,7 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
             backend, _ = load_backend(options.model, options.backend, options.dtype,
                                       worker_device(options.device, env_worker()), options.backend_options,
-                                      options.trust_remote_code)
+                                      options.trust_remote_code, kv_press=options.kv_press)
     except LongctxError as exc:
         failure = str(exc)
     else:

@@ -98,7 +98,10 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
     model = without_credentials(str(options.model))
-    what = quantization(run.scores.meta)
+    meta = run.scores.meta
+    # what the model is (its quantization) and what compresses its context as it reads (a press, a quantized KV cache)
+    what = "; ".join(filter(None, (quantization(meta), f"under the KV-cache press {meta['kv_press']}" if meta.get("kv_press") else "",
+                                   f"under a {meta['kv_cache']}" if meta.get("kv_cache") else "")))
     lines = [visible(f"longctx gate: {model}{f' ({what})' if what else ''} against {baseline}; "
                      f"mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):

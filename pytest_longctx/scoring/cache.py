@@ -94,6 +94,8 @@ class ScoreCache:
         digest = hashlib.sha256(self.identity.encode())
         digest.update(request.ids.astype("<i8").tobytes())
         digest.update(repr(sorted((i, sorted(t)) for i, t in request.reads.items())).encode())
+        if request.context:  # under a KV-cache press: where the compressed context ends
+            digest.update(f"context={request.context}".encode())
         if top_k:
             digest.update(f"top_k={top_k}".encode())
         return digest.hexdigest()

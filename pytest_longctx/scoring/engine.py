@@ -53,32 +53,35 @@ class Request:
     ids: np.ndarray
     reads: dict[int, set[int]] = field(default_factory=dict)  # prediction index -> token ids
     items: set[int] = field(default_factory=set)  # indices of the plans that need it
+    context: int = 0  # under a KV-cache press: ids[:context] is compressed, the rest read exactly (Read.context)
 
 
-def collect(plans: Sequence[ItemReads]) -> tuple[list[Request], list[list[list[tuple[int, int, Read]]]]]:
-    """(distinct requests, and per plan, per target (then control), per read: (request, index, read))."""
+def collect(plans: Sequence[ItemReads], pressed: bool = False) -> tuple[list[Request], list[list[list[tuple[int, int, Read]]]]]:
+    """(distinct requests, and per plan, per target (then control), per read: (request, index, read));
+    ``pressed``: under a KV-cache press, reads of other contexts (``Read.context``) are other requests."""
     requests: list[Request] = []
     by_key: dict[bytes, int] = {}
     where: list[list[list[tuple[int, int, Read]]]] = []
     for number, plan in enumerate(plans):
-        ends: dict[int, int] = {}
+        ends: dict[tuple[int, int], int] = {}  # (sequence, context) -> its last read
         for target in plan.every:
             for read in target.reads:
-                ends[read.seq] = max(ends.get(read.seq, 0), read.pos)
-        slot: dict[int, int] = {}
-        for seq, end in ends.items():
+                context = read.context if pressed else 0
+                ends[read.seq, context] = max(ends.get((read.seq, context), 0), read.pos)
+        slot: dict[tuple[int, int], int] = {}
+        for (seq, context), end in ends.items():
             ids = np.ascontiguousarray(plan.sequences[seq][:end], dtype=np.int64)
-            key = ids.tobytes()
+            key = ids.tobytes() + (f"|{context}".encode() if context else b"")
             if key not in by_key:
                 by_key[key] = len(requests)
-                requests.append(Request(ids))
-            slot[seq] = by_key[key]
-            requests[slot[seq]].items.add(number)
+                requests.append(Request(ids, context=context))
+            slot[seq, context] = by_key[key]
+            requests[slot[seq, context]].items.add(number)
         placed = []
         for target in plan.every:
             reads = []
             for read in target.reads:
-                request = slot[read.seq]
+                request = slot[read.seq, read.context if pressed else 0]
                 requests[request].reads.setdefault(read.pos - 1, set()).update((read.token, *read.also))
                 reads.append((request, read.pos - 1, read))
             placed.append(reads)
@@ -224,18 +227,60 @@ def _read_each(backend: Backend, reader: Backend, requests: list[Request], track
     return tracker.done
 
 
+def _tree(requests: list[Request], numbers: list[int], offset: int = 0) -> tuple[prefix_tree.Node, list[list[prefix_tree.Node]],
+                                                                              dict[tuple[int, int], Request]]:
+    """The prefix tree of ``requests[n]`` for ``n`` in ``numbers``, each from its token ``offset`` on
+    (its reads' indices less ``offset``), and which request asks at each (node, index)."""
+    root, paths = prefix_tree.build([requests[n].ids[offset:] for n in numbers])
+    asker: dict[tuple[int, int], Request] = {}  # (node, prediction index) -> a request that reads there
+    for number, path in zip(numbers, paths):
+        for index, tokens in requests[number].reads.items():
+            node = prefix_tree.node_at(path, index - offset)
+            node.reads.setdefault(index - offset, set()).update(tokens)
+            asker.setdefault((id(node), index - offset), requests[number])
+    return root, paths, asker
+
+
 def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
                named: Callable[[Request], str]) -> list[Answers]:
     """The requests as a prefix tree through one session: each shared prefix once."""
-    root, paths = prefix_tree.build([r.ids for r in requests])
-    asker: dict[tuple[int, int], Request] = {}  # (node, prediction index) -> a request that reads there
-    for request, path in zip(requests, paths):
-        for index, tokens in request.reads.items():
-            node = prefix_tree.node_at(path, index)
-            node.reads.setdefault(index, set()).update(tokens)
-            asker.setdefault((id(node), index), request)
+    numbers = list(range(len(requests)))
+    root, paths, asker = _tree(requests, numbers)
     tracker.start(prefix_tree.total_tokens(root))
-    session = reader.session()
+    _visit_tree(backend, reader.session(), root, paths, asker, requests, numbers, 0, tracker, top_k, named)
+    return tracker.done
+
+
+def _read_pressed(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
+                  named: Callable[[Request], str]) -> list[Answers]:
+    """Under a KV-cache press (docs/metrics.md#kv-cache-presses): requests that share a context share
+    one session, whose ``compress`` prefills that context with the press; their questions then run
+    as a prefix tree through the compressed cache, each shared question prefix once."""
+    groups: dict[bytes, list[int]] = {}
+    for number, request in enumerate(requests):
+        groups.setdefault(request.ids[: request.context].tobytes(), []).append(number)
+    trees = []
+    for numbers in groups.values():
+        context = requests[numbers[0]].context
+        trees.append((context, numbers, *_tree(requests, numbers, context)))
+    tracker.start(sum(context + prefix_tree.total_tokens(root) for context, _, root, _, _ in trees))
+    for context, numbers, root, paths, asker in trees:
+        session = reader.session()
+        if context:
+            compress = getattr(session, "compress", None)
+            if not callable(compress):
+                raise LongctxError(f"backend {type(backend).__name__}: its sessions cannot compress a context (no compress()); "
+                                   "a KV-cache press runs in the transformers backend")
+            compress(requests[numbers[0]].ids[:context])
+            tracker.tokens(context)
+        _visit_tree(backend, session, root, paths, asker, requests, numbers, context, tracker, top_k, named)
+    return tracker.done
+
+
+def _visit_tree(backend: Backend, session: Any, root: prefix_tree.Node, paths: list[list[prefix_tree.Node]],
+                asker: dict[tuple[int, int], Request], requests: list[Request], numbers: list[int], offset: int,
+                tracker: _Tracker, top_k: int, named: Callable[[Request], str]) -> None:
+    """Run a tree depth first through ``session``; node indices are the requests' less ``offset``."""
 
     def visit(node: prefix_tree.Node) -> None:
         if node.tokens:
@@ -245,8 +290,10 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
             node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k,
                                          lambda index: named(asker[id(node), index])))
             tracker.tokens(node.tokens)
-        for number in node.ends:
-            tracker.answered(number, {i: prefix_tree.node_at(paths[number], i).results[i] for i in requests[number].reads})
+        for end in node.ends:
+            number = numbers[end]
+            tracker.answered(number, {i: prefix_tree.node_at(paths[end], i - offset).results[i - offset]
+                                      for i in requests[number].reads})
         if not node.children:
             return
         saved = session.snapshot()  # the branch point: every child starts from here
@@ -256,7 +303,6 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
             visit(child)
 
     visit(root)
-    return tracker.done
 
 
 def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[[Request], str], mode: str) -> None:
@@ -289,7 +335,10 @@ def run(
     (none from a backend whose ``read`` takes no ``top_k``: ``conforming``); ``mode``: where the
     plans' ids come from (the data's stored ids, or the model's tokenizer: ``text``)."""
     reader, top_k = conforming(backend, top_k)
-    requests, where = collect(plans)
+    # a backend that compresses each read's context names what does (``context_compression``: a KV-cache press, a quantized
+    # KV cache): its sessions' ``compress`` (TransformersReadSession) then reads the context, the rest read through it
+    pressed = bool(getattr(backend, "context_compression", None))
+    requests, where = collect(plans, pressed)
 
     def named(request: Request) -> str:
         first = plans[min(request.items)]
@@ -297,6 +346,9 @@ def run(
         return f"{first.config}/{first.length}/{first.item.id}" + (f" (and {others} other item(s))" if others else "")
 
     check_vocabulary(backend, requests, named, mode)
+    if pressed and requests and not any(r.context for r in requests):
+        raise LongctxError(f"{backend.context_compression} compresses each read's context, and these reads name "
+                           "none (scoring/questions.py places them for the model gate's items): this path does not run presses yet")
     answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
@@ -304,7 +356,11 @@ def run(
     keep = (lambda request, found: cache.put(request, found, top_k)) if cache is not None else None
     tracker = _Tracker(progress, subset, len(plans), keep=keep, status=status if callable(status) else None)
     try:
-        if subset and reuse_prefixes and has_sessions(reader):
+        if any(r.context for r in subset):
+            if not has_sessions(reader):
+                raise LongctxError(f"backend {type(backend).__name__}: a KV-cache press needs a backend with sessions")
+            computed = _read_pressed(backend, reader, subset, tracker, top_k, named)
+        elif subset and reuse_prefixes and has_sessions(reader):
             computed = _read_tree(backend, reader, subset, tracker, top_k, named)
         elif subset:
             computed = _read_each(backend, reader, subset, tracker, top_k, named)

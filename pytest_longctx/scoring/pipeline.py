@@ -22,6 +22,7 @@ from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.modes import choose_mode, plan_reads
+from pytest_longctx.scoring.questions import with_questions
 from pytest_longctx.scoring.reads import ItemReads, TargetReads
 from pytest_longctx.scoring.records import item_records
 from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
@@ -136,6 +137,8 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     ``reference`` that kept its own, the log-probabilities of the reference's (``notes``: of
     items that could not be compared so)."""
     plans = plan_reads(dataset, mode, tokenizer)
+    if getattr(backend, "context_compression", None):  # a press or quantized cache: each context compressed, its question read through it
+        plans = with_questions(plans, tokenizer)
     if reference is not None and reference.has_drift:
         plans = with_reference_ids(plans, reference, notes if notes is not None else [], getattr(backend, "vocab_size", None))
     if not beyond_context:
@@ -154,6 +157,12 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     factory = (progress if callable(progress) else Progress) if progress else None
     item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K,
                              mode=mode)
+    refused = getattr(backend, "uncompressed", {})  # contexts a press could not compress (too short for it), read exact
+    for why, lengths in refused.items():
+        (notes if notes is not None else []).append(f"{backend.context_compression} could not compress {len(lengths)} "
+                                                    f"context(s) of {min(lengths)} to {max(lengths)} tokens ({why}): they were "
+                                                    "read uncompressed")
+    refused.clear()
     scores = ScoresFile(mode=mode, meta=meta)
     for plan, result in zip(plans, item_scores):
         key = (plan.config, plan.length, plan.item.id)

@@ -17,12 +17,16 @@ from pytest_longctx.data.records import Item, RuleItem
 class Read:
     """One prediction to read: the log-probability of ``token`` as the token at ``pos``
     of sequence ``seq`` of the item (so it is read at ``pos - 1``), and those of the ``also``
-    tokens there (a baseline's most likely tokens, for the drift rows)."""
+    tokens there (a baseline's most likely tokens, for the drift rows). Under a KV-cache press,
+    ``context`` is where the read's question starts: tokens ``[0, context)`` are the context the
+    press compresses, the rest up to the read its question, read exactly (scoring/questions.py;
+    0: none, the read is exact)."""
 
     seq: int
     pos: int
     token: int
     also: tuple[int, ...] = ()
+    context: int = 0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from pytest_longctx.backends import option_values
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.parse import scalar
 
 # what the gate needs of the engine, unless the user says otherwise: the prefix cache (reads
 # reuse their prefix) and room for a read's log-probabilities (a baseline's top 16, a
@@ -20,20 +21,6 @@ from pytest_longctx.errors import LongctxError
 ENGINE_DEFAULTS = {"enable_prefix_caching": True, "max_logprobs": 128}
 # engine arguments that are the gate's to set, or that would change what a read returns
 FIXED = {"model": "--model", "tokenizer_mode": None, "skip_tokenizer_init": None, "logprobs_mode": None}
-
-
-def value_of(raw: str) -> Any:
-    """A command-line value as vLLM's parser would take it: true/false, a whole or decimal
-    number, else the text."""
-    lowered = raw.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw.strip()
 
 
 def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
@@ -52,7 +39,7 @@ def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
             raise LongctxError(f"--backend-option {key}={raw}: not one of vLLM's engine arguments"
                                + (f" (did you mean {', '.join(c.replace('_', '-') for c in close)}?)" if close else
                                   "; they are spelt as vllm serve's flags, without the dashes: tensor-parallel-size=2"))
-        arguments[name] = value_of(raw)
+        arguments[name] = scalar(raw)
     if dtype != "auto":
         if "dtype" in options and options["dtype"] != dtype:
             raise LongctxError(f"--dtype {dtype} and --backend-option dtype={options['dtype']}: give one")
