@@ -10,14 +10,8 @@ writes one folder per variant (safetensors + tokenizer), each a plain transforme
 * ``window512`` the same weights, attention limited to the last 512 tokens in every layer
                 (a llama checkpoint re-declared as mistral, which has the sliding window)
 
-and, with ``--only w8a8-int8``, one for vLLM (``--longctx-backend vllm``), no plain model:
-
-* ``w8a8-int8`` INT8 W8A8 in the compressed-tensors format (``int-quantized``): every linear
-                layer but the LM head stored as int8 weights with one symmetric float32 scale
-                per output channel (``weight``, ``weight_scale``), its config asking for the
-                input activations rounded to int8 per token as they come (dynamic, symmetric).
-                vLLM multiplies int8 by int8 (``CompressedTensorsW8A8Int8``); transformers has
-                no kernel that runs it the same way, so it is not one of the default variants.
+INT8 W8A8 for vLLM (``--longctx-backend vllm``) is made by llm-compressor itself, in its own
+environment (``benchmarks/llmcompressor_variants.py --model DIR --only w8a8``), no longer here.
 
 In the default variants quantization is simulated: weights are rounded to the grid and
 stored back in float32, so the numbers are those of the quantized model on any runtime.
@@ -40,7 +34,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 VARIANTS = ("int8", "int4-g64", "int2-g64", "window512")
-VLLM_VARIANTS = ("w8a8-int8",)  # checkpoints only vLLM runs as they are meant to run
 
 
 def rounded(tensor: Any, bits: int, group: int | None) -> Any:
@@ -71,53 +64,6 @@ def round_to_nearest_(model: Any, bits: int, group: int | None) -> None:
     with torch.no_grad():
         for module in linear_layers(model).values():
             module.weight.copy_(rounded(module.weight, bits, group))  # weight: [out, in]
-
-
-def int8_per_channel(weight: Any) -> tuple[Any, Any]:
-    """``weight`` [out, in] as int8 in [-127, 127] and its float32 scales [out, 1], symmetric:
-    the largest magnitude of each output channel maps to 127."""
-    import torch
-
-    weight = weight.detach().float()
-    scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-    return torch.round(weight / scale).clamp(-127, 127).to(torch.int8), scale
-
-
-# compressed-tensors' description of W8A8 int8 as vLLM's loader reads it: a scheme per target
-# module type (weights and input activations are compressed_tensors QuantizationArgs), the
-# storage format, the modules left in float
-W8A8_CONFIG = {
-    "quant_method": "compressed-tensors",
-    "format": "int-quantized",
-    "quantization_status": "compressed",
-    "config_groups": {"group_0": {
-        "targets": ["Linear"],
-        "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "dynamic": False},
-        "input_activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True},
-        "output_activations": None,
-        "format": "int-quantized",
-    }},
-    "ignore": ["lm_head"],
-    "kv_cache_scheme": None,
-}
-
-
-def write_w8a8(folder: Path, layers: list[str]) -> None:
-    """Rewrite a saved float checkpoint (one safetensors file) as W8A8 int8: the weights of
-    ``layers`` (module names) as int8 with their scales, the config's ``quantization_config``."""
-    from safetensors.torch import load_file, save_file
-
-    path = folder / "model.safetensors"
-    if not path.exists():
-        raise SystemExit(f"w8a8-int8: {folder} holds no single model.safetensors (it is sharded): save it as one file")
-    tensors = load_file(path)
-    for layer in layers:
-        tensors[f"{layer}.weight"], tensors[f"{layer}.weight_scale"] = int8_per_channel(tensors[f"{layer}.weight"])
-    save_file(tensors, path, metadata={"format": "pt"})
-    config_path = folder / "config.json"
-    config = json.loads(config_path.read_text())
-    config["quantization_config"] = W8A8_CONFIG
-    config_path.write_text(json.dumps(config, indent=2))
 
 
 def kv_quantized(bits: int, group: int) -> Callable[..., Any]:
@@ -166,7 +112,6 @@ def build(model_ref: str, out: Path, names: tuple[str, ...] = VARIANTS) -> dict[
         "int4-g64": lambda m: round_to_nearest_(m, 4, 64),
         "int2-g64": lambda m: round_to_nearest_(m, 2, 64),
         "window512": lambda m: None,
-        "w8a8-int8": lambda m: None,
     }
     built = {}
     for name in names:
@@ -182,8 +127,6 @@ def build(model_ref: str, out: Path, names: tuple[str, ...] = VARIANTS) -> dict[
         AutoTokenizer.from_pretrained(source, trust_remote_code=False).save_pretrained(partial)
         if name == "window512":
             local_window(partial, 512)
-        if name == "w8a8-int8":
-            write_w8a8(partial, list(linear_layers(model)))
         partial.rename(folder)
     return built
 
@@ -192,7 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", type=Path, default=Path("variants"))
-    parser.add_argument("--only", nargs="*", choices=(*VARIANTS, *VLLM_VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--only", nargs="*", choices=VARIANTS, default=list(VARIANTS))
     args = parser.parse_args()
     for name, folder in build(args.model, args.out, tuple(args.only)).items():
         print(f"{name}: {folder}")

@@ -6,10 +6,13 @@ quantization, and a missing library is one line naming the extra to install (iss
 from __future__ import annotations
 
 import json
+import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import checkpointkit
 import numpy as np
 import pytest
 from conftest import needs, tiny_qwen3
@@ -80,7 +83,7 @@ def checkpoints(float_folder, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(checkpoints):
-    """Each kind loaded through the backend, kept for the module (naive.reads memoises by the model's id)."""
+    """Each kind loaded through the backend, kept for the module, so naive.reads' memo (per live model) serves its later reads."""
     backends: dict[str, TransformersBackend] = {}
 
     def get(kind: str) -> TransformersBackend:
@@ -97,24 +100,9 @@ POSITIONS = list(range(0, 299, 7))
 CUT = 150
 
 
-def backend_reads(backend: TransformersBackend) -> tuple[list[int], np.ndarray]:
-    """(top-1, log p of the next token) at POSITIONS, read as two pieces over the KV cache."""
-    session = backend.session()
-    top1: list[int] = []
-    logprobs: list[float] = []
-    for start, stop in ((0, CUT), (CUT, len(IDS))):
-        here = [p for p in POSITIONS if start <= p < stop]
-        found = session.advance(IDS[start:stop], [p - start for p in here], [[IDS[p + 1]] for p in here])
-        top1 += found.top1
-        logprobs += [values[0] for values in found.logprobs]
-    return top1, np.array(logprobs)
-
-
-def naive_reads(model: Any) -> tuple[list[int], np.ndarray]:
-    import naive
-
-    found = naive.reads(model, IDS, [(p, IDS[p + 1]) for p in POSITIONS])
-    return [top for top, _ in found], np.array([logprob for _, logprob in found])
+# the reads at POSITIONS through the backend (IDS in two pieces, cut at CUT) and naively
+backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
+naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
 
 
 def each_kind(*kinds: str):
@@ -304,7 +292,8 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
     import xml.etree.ElementTree as ET
 
     plain = tmp_path / "plain"
-    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(plain)
+    # 64 wide: bitsandbytes packs nf4 for a CPU with AVX-512 BF16 in blocks of 64 inputs, and fails on a narrower layer
+    tiny_qwen3(len(qwen_tokenizer), width=64).save_pretrained(plain)
     folder = VARIANTS.make("bnb-nf4", plain, tmp_path / "nf4")
     junit, out = tmp_path / "junit.xml", tmp_path / "results.json"
     result = pytester.runpytest_inprocess(
@@ -317,3 +306,63 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
     assert properties["longctx.quantization"] == "bitsandbytes nf4"
     meta = json.loads(out.read_text())["meta"]
     assert meta["quantization"] == "bitsandbytes nf4" and "bitsandbytes" in meta["versions"]
+
+
+@each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "bnb-nf4", "bnb-int8")
+def test_blame_swaps_every_part_of_a_checkpoint_it_can_split_and_refuses_one_it_cannot(kind, loaded, float_folder):
+    """compressed-tensors, loaded de-quantized, splits into parts: the float model given every part of the
+    candidate reads as the candidate, and the candidate given every part back as the float model. A library
+    that runs its layers on the integers it stores (bitsandbytes' packed nf4 and int8, torchao's int8 tensors)
+    does not, and blame says so in one line naming the first such tensor."""
+    from pytest_longctx.backends.parts import StateDictPair
+
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    candidate = loaded(kind)
+    if not kind.startswith("ct-"):
+        with pytest.raises(LongctxError, match=rf"^--model {kind} runs its layers as they are stored \({re.escape(KINDS[kind][1])}; "
+                                               r"model\.layers\.0\.self_attn\.q_proj\.weight\): blame makes its hybrids"):
+            StateDictPair(plain.model, candidate.model, None, ("float", kind))
+        return
+    checkpointkit.check_every_part_swaps(StateDictPair(plain.model, candidate.model, None, ("float", kind)), plain, candidate,
+                                         backend_reads)
+
+
+def test_a_checkpoint_transformers_de_quantizes_on_load_says_so_and_reads_its_weights_exactly(float_folder, tmp_path):
+    """transformers' own fp8 format (float8 e4m3 weights, a float32 scale per block of 32x32), written here from
+    its definition: the weight is the fp8 value times its block's scale (``weight_scale_inv``). With no fp8 kernel
+    on the CPU transformers de-quantizes it on load and drops its quantization_config; the backend still says what
+    it is (from the stored config) and that its activations are not rounded, its config digest differs from the
+    float model's, and its reads are those of the float model given the de-quantized weights by hand."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "fp8"
+    shutil.copytree(float_folder, folder)
+    tensors = load_file(folder / "model.safetensors")
+    by_hand = {}
+    for name in [n for n in tensors if n.endswith("_proj.weight")]:
+        rows, columns = tensors[name].shape
+        blocks = tensors[name].float().reshape(rows // 32, 32, columns // 32, 32)
+        scale = blocks.abs().amax(dim=(1, 3)) / torch.finfo(torch.float8_e4m3fn).max  # [rows/32, columns/32]
+        stored = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+        tensors[name], tensors[name.replace(".weight", ".weight_scale_inv")] = stored.reshape(rows, columns), scale
+        by_hand[name] = (stored.float() * scale[:, None, :, None]).reshape(rows, columns)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32]}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    backend, _ = load_backend(str(folder), "hf", "float32", "cpu")
+    described = backend.describe()
+    assert described["quantization"] == ("fp8 e4m3 weights in blocks of 32x32, de-quantized on load: its weights are judged, "
+                                         "not its activation rounding (dynamic) (transformers has no kernel for it here)")
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    assert described["config"] != plain.describe()["config"]
+    top1, logprobs = backend_reads(backend)
+    with torch.no_grad():
+        for name, weight in by_hand.items():
+            plain.model.get_parameter(name).copy_(weight)
+    want_top1, want = naive_reads(plain.model)
+    assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends import option_values, quantized
+from pytest_longctx.backends import kv_caches, option_values, presses, quantized
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
 from pytest_longctx.errors import LongctxError, first_line
@@ -275,9 +275,25 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
 def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
             options: Mapping[str, str] | None = None) -> TransformersBackend:
     """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias; ``options``:
-    the ``--backend-option`` settings (``loading_options``)."""
-    return TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model,
-                                    trust_remote_code=trust_remote_code, loading=loading_options(options or {}))
+    the ``--backend-option`` settings (``loading_options``), ``kv-press``, the kvpress press its
+    reads compress each context with (``--kv-press``, backends/presses.py), and ``kv-cache``, the
+    quantized KV cache each context is read into (backends/kv_caches.py)."""
+    settings = dict(options or {})
+    press_spec, cache_spec = settings.pop("kv-press", None), settings.pop("kv-cache", None)
+    if press_spec and cache_spec:
+        raise LongctxError(f"--kv-press {press_spec} and --backend-option kv-cache={cache_spec}: a press compresses a plain "
+                           "cache; give one of them")
+    # before loading: a bad name costs no load
+    press = presses.make_press(press_spec) if press_spec else None
+    if cache_spec:
+        kv_caches.name_of(cache_spec)
+    backend = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model,
+                                       trust_remote_code=trust_remote_code, loading=loading_options(settings))
+    if press is not None:
+        backend.use_press(press, press_spec)
+    if cache_spec:
+        backend.use_kv_cache(cache_spec)
+    return backend
 
 
 def smollm2_folder() -> str:
@@ -317,6 +333,37 @@ class TransformersBackend:
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._fingerprint: str | None = None
         self.tokenizer_missing: str | None = None  # why there is no tokenizer, for the text mode's error
+        self.recipe = recipe_file(model)  # the llm-compressor recipe saved beside its weights, if any
+        self.press: Any = None  # a kvpress press each read's context is compressed with (``use_press``)
+        self.press_name: str | None = None
+        self.uncompressed: dict[str, list[int]] = {}  # why the press refused some contexts -> their lengths, read exact
+        self.kv_cache: str | None = None  # the quantized KV cache each read's context goes into, by name
+        self.context_cache: Any = None  # what makes that cache (``use_kv_cache``)
+
+    @property
+    def context_compression(self) -> str | None:
+        """What compresses each read's context (a press, a quantized KV cache), by name; None: nothing."""
+        return self.press_name or self.kv_cache
+
+    def use_kv_cache(self, spec: str) -> None:
+        """Read each read's context into the quantized KV cache ``spec`` names (``fp8``) in one call, and its
+        question through it (docs/metrics.md#quantized-kv-caches)."""
+        name = kv_caches.name_of(spec)
+        self.context_cache = kv_caches.cache_factory(spec, self.model)
+        self.kv_cache = name
+
+    def use_press(self, press: Any, spec: str = "") -> None:
+        """Compress each read's context with a kvpress ``press`` (docs/metrics.md#kv-cache-presses):
+        the engine then prefills contexts through ``TransformersReadSession.compress``."""
+        presses.check_model(press, self.model, spec or type(press).__name__)
+        self.press = press
+        self.press_name = presses.describe_press(press)
+
+    def _written(self) -> str | None:
+        """The version of the library that wrote the checkpoint's quantization_config, for a checkpoint
+        llm-compressor made (read only then)."""
+        found = stored_quantization(self.model).get("version") if self.recipe is not None else None
+        return str(found) if found else None
 
     @classmethod
     def load(cls, model: str, dtype: str = "auto", device: str = "auto", chunk_size: int = DEFAULT_CHUNK,
@@ -325,6 +372,9 @@ class TransformersBackend:
         loaded, tokenizer = load_pretrained(model, dtype, device, trust_remote_code, loading)
         backend = cls(loaded, tokenizer, chunk_size=chunk_size, name=name or model)
         backend.tokenizer_missing = missing_tokenizer(model) if tokenizer is None else None
+        # the checkpoint as loaded, before a forward pass may change what it holds (bitsandbytes, on a CPU with
+        # AVX-512 BF16, repacks its 4-bit weights on the first one and keeps their scales in bfloat16)
+        backend.weights_fingerprint()
         return backend
 
     @property
@@ -374,17 +424,27 @@ class TransformersBackend:
         # the dtypes it computes in; quantized weights' integer storage is what "quantization" names
         dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()})
         quantization = quantization_config(self.model)
+        config = config_fingerprint(self.model)
+        if self.context_compression:  # another press or cache computes something else: its answers are never served for another's
+            config = hashlib.sha256(f"{config}|kv_press={self.context_compression}".encode()).hexdigest()[:24]
         return {
             "model": str(self.name),
             "weights": self.weights_fingerprint(),
-            "config": config_fingerprint(self.model),
+            "config": config,
+            **({"kv_press": self.press_name} if self.press_name else {}),
+            **({"kv_cache": self.kv_cache} if self.kv_cache else {}),
             "dtype": ",".join(dtypes),
-            "quantization": quantized.describe(quantization, rounds_activations(self.model)),
+            "quantization": "; ".join(filter(None, (quantized.describe(quantization, rounds_activations(self.model)),
+                                                     quantized.made_by(self.recipe, quantization, self._written())))),
             "device": placement(self.model) or self.device.type,
             "chunk_size": self.chunk_size,
             "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
-                         **quantized.library_versions(quantization)},
+                         **quantized.library_versions(quantization), **_kvpress_version(self.press)},
         }
+
+
+def _kvpress_version(press: Any) -> dict[str, str]:
+    return {"kvpress": distribution("kvpress").version} if press is not None else {}
 
 
 class TransformersReadSession:
@@ -394,6 +454,41 @@ class TransformersReadSession:
         self.backend = backend
         self.cache: Any = None
         self.length = 0
+        # after ``compress``: the position the next token takes (the tokens read so far, or for a press
+        # that re-rotates its kept keys, the compressed length), and each layer's cache length then
+        self.next_position: int | None = None
+        self.compressed: tuple[int, ...] | None = None
+
+    def compress(self, ids: Sequence[int]) -> None:
+        """Prefill ``ids``, a context, at the start of the session with the backend's press active:
+        its hooks compress every layer's keys and values once the context has been read (kvpress's
+        pipeline: the context in one call without the LM head, on a fresh DynamicCache). Later
+        ``advance`` calls read on through the compressed cache, uncompressed, at the tokens' true
+        positions. With a quantized KV cache instead (``use_kv_cache``): the context read into a
+        fresh one in one call, which quantizes it for every later token."""
+        torch = _torch()
+        from transformers import DynamicCache
+
+        backend = self.backend
+        if self.cache is not None or self.length:
+            raise LongctxError("a press compresses a context at the start of a session only")
+        input_ids = torch.tensor(np.asarray(ids, dtype=np.int64), device=backend.device)[None]  # [1, context]
+        cache = DynamicCache() if backend.press is not None else backend.context_cache()
+        try:
+            with torch.inference_mode(), backend.press(backend.model) if backend.press is not None else contextlib.nullcontext():
+                backend.model.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        except AssertionError as exc:  # kvpress asserts a context is long enough for the press (SnapKV's window, the sinks)
+            if backend.press is None:
+                raise
+            backend.uncompressed.setdefault(first_line(exc) or type(exc).__name__, []).append(len(ids))
+            cache = DynamicCache()  # read exact, from the start: the press may have compressed some layers already
+            with torch.inference_mode():
+                backend.model.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        self.cache = cache
+        self.length = len(ids)
+        if backend.press is not None:  # a quantized cache keeps every position: the plain path, copied at branch points
+            self.next_position = cache.get_seq_length() if presses.rerotates(backend.press) else self.length
+            self.compressed = tuple(int(layer.keys.shape[-2]) for layer in cache.layers)
 
     def advance(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0) -> ReadResult:
         """Run ``ids`` after what was read so far; ``positions`` index into ``ids``; ``top_k``: also
@@ -404,8 +499,12 @@ class TransformersReadSession:
         def forward(start: int, stop: int, rows: list[int], asked: list[Sequence[int]], top_k: int) -> list[Prediction]:
             backend = self.backend
             keep = torch.as_tensor(rows, dtype=torch.long, device=backend.device)  # [k]
+            extra = {}
+            if self.next_position is not None:  # through a compressed cache: the true positions, not the cache's length
+                first = self.next_position + start
+                extra["position_ids"] = torch.arange(first, first + stop - start, device=backend.device)[None]  # [1, n]
             out = backend.model(input_ids=input_ids[:, start:stop], use_cache=True, logits_to_keep=keep,
-                                **{backend.cache_kwarg: self.cache})
+                                **{backend.cache_kwarg: self.cache}, **extra)
             self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
             logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [k, vocab]
             best = logp.argmax(dim=-1).tolist()
@@ -418,17 +517,29 @@ class TransformersReadSession:
         with torch.inference_mode():
             result = advance_in_calls(len(ids), positions, tokens, top_k, self.backend.chunk_size, forward)
         self.length += len(ids)
+        if self.next_position is not None:
+            self.next_position += len(ids)
         return result
 
-    def snapshot(self) -> tuple[int, Any]:
-        """The state here. Plain KV caches are rewound by cutting them back to this length;
-        any other (recurrent states of linear attention, sliding windows) is copied."""
+    def snapshot(self) -> tuple[int, Any] | tuple[int, Any, int, tuple[int, ...]]:
+        """The state here. Plain KV caches are rewound by cutting them back to this length (a
+        compressed one: each layer to its own length here); any other (recurrent states of linear
+        attention, sliding windows) is copied."""
+        if self.compressed is not None:
+            lengths = tuple(int(layer.keys.shape[-2]) for layer in self.cache.layers)
+            return self.length, None, int(self.next_position or 0), lengths
         if self.cache is None or _plain_kv(self.cache):
             return self.length, None
         return self.length, copy.deepcopy(self.cache)
 
-    def restore(self, snapshot: tuple[int, Any], last: bool = False) -> None:
+    def restore(self, snapshot: tuple[Any, ...], last: bool = False) -> None:
         """Back to a snapshot; ``last`` hands over a copied state instead of copying it again."""
+        if len(snapshot) == 4:
+            self.length, _, self.next_position, lengths = snapshot
+            for layer, kept in zip(self.cache.layers, lengths):
+                layer.keys = layer.keys[..., :kept, :]  # [batch, heads, kept, head_dim]
+                layer.values = layer.values[..., :kept, :]
+            return
         length, saved = snapshot
         if saved is not None:
             self.cache = saved if last else copy.deepcopy(saved)
@@ -469,9 +580,49 @@ VOLATILE_CONFIG = ("_name_or_path", "_commit_hash", "transformers_version", "dty
 
 
 def quantization_config(model: Any) -> dict[str, Any]:
-    """The model's ``quantization_config`` as a dict (transformers keeps an object); empty when it has none."""
+    """The model's ``quantization_config`` as a dict (transformers keeps an object); empty when it has none.
+    A checkpoint transformers de-quantized on load (fp8 or mxfp4 without a kernel here) has lost its own: the
+    one its stored config.json holds, marked ``dequantized_on_load``."""
     found = getattr(model.config, "quantization_config", None)
-    return found.to_dict() if hasattr(found, "to_dict") else dict(found or {})
+    if found:
+        return found.to_dict() if hasattr(found, "to_dict") else dict(found)
+    written = stored_quantization(model)
+    return {**written, "dequantized_on_load": True} if written.get("quant_method") else {}
+
+
+def stored_quantization(model: Any) -> dict[str, Any]:
+    """The ``quantization_config`` the config.json beside the model's weights holds, as it was written
+    (its library's ``version`` too, which transformers drops on load); empty without one."""
+    stored = beside_weights(model, "config.json")
+    try:
+        written = json.loads(stored.read_text(encoding="utf-8")).get("quantization_config") if stored else None
+    except (OSError, ValueError, AttributeError):
+        written = None
+    return written if isinstance(written, dict) else {}
+
+
+def recipe_file(model: Any) -> Path | None:
+    """The ``recipe.yaml`` llm-compressor saved beside the model's weights."""
+    return beside_weights(model, "recipe.yaml")
+
+
+def beside_weights(model: Any, name: str) -> Path | None:
+    """The file ``name`` beside the model's weights: in its folder, or for a hub id in the local Hugging
+    Face cache (nothing is downloaded for it); None where there is none."""
+    where = str(getattr(model.config, "_name_or_path", "") or "")
+    if not where:
+        return None
+    if Path(where).is_dir():
+        found = Path(where) / name
+        return found if found.is_file() else None
+    try:
+        from transformers.utils import cached_file
+
+        cached = cached_file(where, name, local_files_only=True, _raise_exceptions_for_missing_entries=False,
+                             _raise_exceptions_for_connection_errors=False)
+    except Exception:  # noqa: BLE001 - not a hub id, or no cache: the file is unknown, not an error
+        return None
+    return Path(cached) if cached else None
 
 
 def rounds_activations(model: Any) -> bool:
@@ -495,9 +646,12 @@ def config_fingerprint(model: Any) -> str:
     version of the library that runs it) compute something else."""
     config = {k: v for k, v in model.config.to_dict().items() if k not in VOLATILE_CONFIG}
     config["_attn_implementation"] = getattr(model.config, "_attn_implementation", None)
-    libraries = quantized.library_versions(quantization_config(model))
+    quantization = quantization_config(model)
+    libraries = quantized.library_versions(quantization)
     if libraries:  # absent otherwise: the digests of models without quantization stay as they were
         config["_quantization_libraries"] = libraries
+    if quantization.get("dequantized_on_load"):  # what the weights were de-quantized from
+        config["_dequantized_from"] = quantization
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

@@ -7,6 +7,7 @@ from typing import Sequence
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.llama_cpp.hybrids import load_pair
 from pytest_longctx.backends.parts import Pair, StateDictPair
+from pytest_longctx.errors import LongctxError
 
 PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
 
@@ -21,4 +22,7 @@ def load_models(backend: str, reference: str, model: str, dtype: str = "auto", d
     if backend == "llama.cpp":
         return load_pair(reference, model, options, reference_options, work_dir)
     original, candidate = (load_backend(name, "hf", dtype, device, options, trust_remote_code)[0] for name in (reference, model))
+    if candidate.context_compression:
+        raise LongctxError(f"--backend-option kv-cache: blame compares the parts of two models' weights, and "
+                           f"{candidate.context_compression} changes how a model keeps its context, not its weights; leave it out")
     return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model))

@@ -17,22 +17,34 @@ hybrid. Here, the transformers one (``StateDictPair``): a hybrid is made in plac
 parameters of the parts pointed at the other model's tensors (no copy; both models stay
 loaded, and nothing more), and put back afterwards. The llama.cpp one writes GGUF files
 (``llama_cpp/hybrids.py``).
+
+A transformers hybrid whose first changed part is decoder layer k computes layers 0..k-1 as
+its base does, so ``StateDictPair`` can keep each side's residual stream at the layer
+boundaries, recorded once per forward call while that side scores the blamed items
+(``recording``), and run a hybrid on the same items from the boundary at or below k
+(``Boundaries``): the layers below it are stand-ins that hand over the recorded stream, the
+rest run as always, so every logit is the one a whole forward pass computes.
 """
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
 
+from pytest_longctx.backends import quantized
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.backends.hf import TransformersBackend, quantization_config, recipe_file, rounds_activations
 from pytest_longctx.errors import LongctxError
 
 GRANULARITIES = ("layer", "block", "tensor")
 ORIGINAL, CANDIDATE = "original", "candidate"  # the two sides of a pair, as Pair.hybrid names its base
 LAYER = re.compile(r"^(?P<stack>.*\.layers?|.*\.h|.*\.blocks)\.(?P<index>\d+)\.(?P<rest>.+)$")
 ATTENTION = ("self_attn.", "attention.", "attn.")
+# what compressed-tensors keeps beside a quantized layer's weight: its scales and shape (beside a floating-point
+# weight, loaded de-quantized, they describe it and are not the model's own tensors), or its packed 4-bit integers
+QUANTIZATION_METADATA = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".weight_global_scale")
+PACKED = ".weight_packed"
 MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
 
 
@@ -71,9 +83,12 @@ class Pair(Protocol):
         """The compression left ``part`` as it was: the same values, stored the same way, on both
         sides (a hybrid taking it computes what its base computes)."""
 
-    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> ContextManager[Backend]:
+    def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> ContextManager[Backend]:
         """A backend reading ``base`` (ORIGINAL or CANDIDATE) with ``taken`` from the other side,
-        named ``label``; the models are as they were again when the context ends."""
+        named ``label``; the models are as they were again when the context ends. ``reuse``: it reads
+        the items ``base`` was recorded on, in the same calls, and may start from what was recorded."""
+
+    recipe_tool: str  # whose terms ``recipe`` is in: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe)
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),
@@ -105,8 +120,16 @@ def grouped(named: Iterable[tuple[str, str]]) -> list[Part]:
 
 
 def parameters(model: Any) -> dict[str, Any]:
-    """Name -> parameter, a tied tensor once (under its first name)."""
-    return dict(model.named_parameters())
+    """Name -> parameter, a tied tensor once (under its first name); a quantized layer's metadata beside
+    a floating-point weight (compressed-tensors' weight-only schemes, loaded de-quantized: the weight
+    holds the values it computes with) left out."""
+    found = dict(model.named_parameters())
+
+    def metadata(name: str) -> bool:
+        weight = found.get(f"{name.rpartition('.')[0]}.weight")
+        return name.endswith(QUANTIZATION_METADATA) and weight is not None and weight.is_floating_point()
+
+    return {name: p for name, p in found.items() if not metadata(name)}
 
 
 def _names_of(model: Any, module: Any) -> set[str]:
@@ -173,11 +196,22 @@ def check_tensors(original: Mapping[str, Sequence[int]], candidate: Mapping[str,
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
     """Two checkpoints of one architecture: the same model class and type, the same parameter
-    names, the same shapes; else one line saying where they differ."""
+    names, the same shapes, weights held in floating point as plain tensors; else one line saying where
+    they differ."""
+    import torch
+
     kinds = [(type(m).__name__, getattr(m.config, "model_type", "?")) for m in (original, candidate)]
     if kinds[0] != kinds[1]:
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
+    for model, option, name in ((original, "--reference", original_name), (candidate, "--model", candidate_name)):
+        stored = next((n for n, p in parameters(model).items()
+                       if n.endswith(PACKED) or not p.is_floating_point() or type(p.data) is not torch.Tensor), None)
+        if stored:
+            said = quantized.describe(quantization_config(model), rounds_activations(model))
+            raise LongctxError(f"{option} {name} runs its layers as they are stored ({said}; {stored}): blame makes its "
+                               "hybrids of weights held in floating point, as weight-only schemes are loaded, and cannot "
+                               "split such layers into parts; the gate's verdict on it stands without blame")
     shapes = [{n: tuple(p.shape) for n, p in parameters(m).items()} for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
@@ -215,11 +249,18 @@ class Hybrid:
     """``target`` with the tensors of some parts taken from ``source``, in place: ``take(parts)``
     points them at the source's tensors (cast to the target's dtype and device where they
     differ: a model runs at one dtype, so a restore hybrid holds the original's values at the
-    candidate's dtype), ``reset()`` puts the target's own back."""
+    candidate's dtype), ``reset()`` puts the target's own back. A compressed-tensors layer may round
+    as it runs: its weight to its scheme (loaded de-quantized, the weight is on that grid already) and,
+    where the scheme says so (W8A8), its input. Given the weight of a layer that does not
+    round, it stops rounding; a plain layer given the weight of one that rounds its input rounds
+    its input so too, through compressed-tensors' own function."""
 
     def __init__(self, target: Any, source: Any):
+        self.models = target, source
         self.target, self.source = parameters(target), parameters(source)
         self.saved: dict[str, Any] = {}
+        self.rounding: dict[Any, Any] = {}  # module -> its quantization_enabled before take
+        self.hooks: list[Any] = []  # the input rounding of layers given a rounding layer's weight
 
     def take(self, parts: Iterable[Part]) -> None:
         for part in parts:
@@ -227,11 +268,152 @@ class Hybrid:
                 mine, theirs = self.target[name], self.source[name]
                 self.saved.setdefault(name, mine.data)
                 mine.data = theirs.data.to(device=mine.device, dtype=self.saved[name].dtype)
+                module, _, kind = name.rpartition(".")
+                here, there = (model.get_submodule(module) for model in self.models)
+                if kind != "weight" or hasattr(here, "quantization_scheme") == hasattr(there, "quantization_scheme"):
+                    continue
+                if hasattr(here, "quantization_scheme"):
+                    self.rounding.setdefault(here, getattr(here, "quantization_enabled", True))
+                    here.quantization_enabled = False
+                elif getattr(there.quantization_scheme, "input_activations", None) is not None:
+                    self.hooks.append(here.register_forward_pre_hook(_rounds_input_as(there)))
 
     def reset(self) -> None:
         for name, data in self.saved.items():
             self.target[name].data = data
+        for module, enabled in self.rounding.items():
+            module.quantization_enabled = enabled
+        for hook in self.hooks:
+            hook.remove()
         self.saved.clear()
+        self.rounding.clear()
+        self.hooks.clear()
+
+
+def _rounds_input_as(layer: Any) -> Any:
+    """A forward pre-hook rounding a layer's input as compressed-tensors rounds ``layer``'s (its scheme's
+    input activations)."""
+    from compressed_tensors.quantization.lifecycle.forward import forward_quantize
+
+    def hook(module: Any, args: tuple) -> tuple:
+        return (forward_quantize(layer, args[0], "input", layer.quantization_scheme.input_activations), *args[1:])
+
+    return hook
+
+
+def first_layer(model: Any, parts: Iterable[Part]) -> int:
+    """The decoder layer of ``model`` the first of ``parts``' tensors is in: 0 for the embeddings, the
+    number of layers for what comes after them (the final norm, the LM head)."""
+    embed = _names_of(model, model.get_input_embeddings())
+    head = _names_of(model, model.get_output_embeddings()) - embed
+    layers = len(model.get_decoder().layers)
+    found = [_where(name, embed, head) for part in parts for name in part.parameters]
+    return min((0 if w == "embed" else layers if isinstance(w, str) else w[0] for w in found), default=layers)
+
+
+def reusable(model: Any) -> bool:
+    """Whether blame can start ``model``'s hybrids from a layer boundary: a decoder with ``layers`` and
+    ``norm`` whose every layer attends fully (a plain KV cache, whose length a stand-in can keep)."""
+    decoder = getattr(model, "get_decoder", lambda: None)()
+    kinds = set(getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"])
+    return decoder is not None and hasattr(decoder, "layers") and hasattr(decoder, "norm") and kinds == {"full_attention"}
+
+
+class Boundaries:
+    """One model's residual stream at layer boundaries, per forward call of one scoring: boundary j is
+    the input of decoder layer j (the number of layers: the input of the final norm), kept at every
+    ``every``-th layer and at the end. ``recording()`` keeps them while the model scores; ``starting(b)``
+    runs the model from boundary b on, call by call in the recorded order (the same items, the same
+    engine): layers 0..b-1 are stand-ins that keep their KV cache's length with zero-stride views
+    (no memory) and return the recorded stream. Counts the token-layers skipped."""
+
+    def __init__(self, model: Any, every: int = 1):
+        decoder = model.get_decoder()
+        self.model, self.layers, self.norm = model, decoder.layers, decoder.norm
+        count = len(self.layers)
+        self.kept = sorted(set(range(every, count, every)) | {count})
+        self.calls: list[dict[int, Any]] = []
+        self.skipped = 0  # token-layers handed over instead of computed
+
+    def start(self, layer: int) -> int:
+        """The boundary a hybrid whose first changed layer is ``layer`` starts from (0: none kept below)."""
+        return max((b for b in self.kept if b <= layer), default=0) if self.calls else 0
+
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for call in self.calls for t in call.values())
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        self.calls = []
+
+        def enter(module: Any, args: tuple, kwargs: dict) -> None:
+            self.calls.append({})
+
+        def keep(boundary: int) -> Any:
+            def hook(module: Any, args: tuple, kwargs: dict) -> None:
+                self.calls[-1][boundary] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+            return hook
+
+        hooks = [self.model.register_forward_pre_hook(enter, with_kwargs=True)]
+        hooks += [(self.layers[b] if b < len(self.layers) else self.norm).register_forward_pre_hook(keep(b), with_kwargs=True)
+                  for b in self.kept]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    @contextmanager
+    def starting(self, boundary: int) -> Iterator[None]:
+        if boundary == 0:
+            yield
+            return
+        import torch
+
+        calls = iter(self.calls)
+        now: dict[str, Any] = {}
+        count = len(self.layers)
+
+        def enter(module: Any, args: tuple, kwargs: dict) -> None:
+            now["stream"] = next(calls)[boundary]
+
+        owner = self
+
+        class StandIn(torch.nn.Module):  # no parameters of its own: the model's fingerprint and parts stay as they are
+            def __init__(self, index: int):
+                super().__init__()
+                self.index = index
+
+            def forward(self, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+                stream = now["stream"]
+                if hidden_states.shape[:2] != stream.shape[:2]:
+                    raise RuntimeError(f"blame: a hybrid read {hidden_states.shape[1]} tokens where the recorded call "
+                                       f"read {stream.shape[1]}: not the scoring its boundaries were recorded on")
+                cache = kwargs.get("cache", kwargs.get("past_key_values"))
+                if cache is not None:
+                    layer = cache.layers[self.index]
+                    past = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
+                    config = owner.model.config.get_text_config()
+                    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+                    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+                    empty = torch.zeros((), dtype=stream.dtype, device=stream.device).expand(
+                        stream.shape[0], heads, past + stream.shape[1], dim)
+                    layer.keys, layer.values = empty, empty
+                    layer.dtype, layer.device, layer.is_initialized = stream.dtype, stream.device, True
+                owner.skipped += stream.shape[1]
+                return stream
+
+        saved = [self.layers[j] for j in range(min(boundary, count))]
+        hooks = [self.model.register_forward_pre_hook(enter, with_kwargs=True)]
+        for j in range(len(saved)):
+            self.layers[j] = StandIn(j)
+        try:
+            yield
+        finally:
+            for j, layer in enumerate(saved):
+                self.layers[j] = layer
+            for hook in hooks:
+                hook.remove()
 
 
 class StateDictPair:
@@ -242,6 +424,18 @@ class StateDictPair:
         check_not_recast(original, candidate, *names)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
         self.tokenizer, self.names = tokenizer, names
+        self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
+
+    def can_reuse(self) -> bool:
+        return all(reusable(model) for model in self.models.values())
+
+    @contextmanager
+    def recording(self, base: str, every: int = 1) -> Iterator[None]:
+        """Keep ``base``'s residual stream at every ``every``-th layer boundary while it scores (``Boundaries``)."""
+        found = Boundaries(self.models[base], every)
+        with found.recording():
+            yield
+        self.boundaries[base] = found
 
     def parts(self, granularity: str) -> list[Part]:
         return model_parts(self.models[CANDIDATE], granularity)
@@ -257,14 +451,44 @@ class StateDictPair:
                    for n in part.parameters)
 
     @contextmanager
-    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Backend]:
+    def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
         target = self.models[base]
         made = Hybrid(target, self.models[CANDIDATE if base == ORIGINAL else ORIGINAL])
+        recorded = self.boundaries.get(base) if reuse and taken else None
+        start = recorded.start(first_layer(target, taken)) if recorded else 0
         made.take(taken)
         try:
-            yield TransformersBackend(target, self.tokenizer, name=label)  # a fresh one: the weights changed
+            with recorded.starting(start) if recorded else nullcontext():
+                yield TransformersBackend(target, self.tokenizer, name=label)  # a fresh one: the weights changed
         finally:
             made.reset()
 
+    def reuse_figures(self) -> dict[str, int]:
+        """What the recorded boundaries saved: the token-layers a whole scoring of the items runs, those the
+        hybrids started from a boundary skipped, and the bytes the boundaries hold."""
+        found = list(self.boundaries.values())
+        whole = max((sum(call[max(b.kept)].shape[1] for call in b.calls) * len(b.layers) for b in found), default=0)
+        return {"scoring": whole, "skipped": sum(b.skipped for b in found), "bytes": sum(b.bytes() for b in found)}
+
+    recipe_tool = "llm-compressor"
+
     def recipe(self, kept: Sequence[Part]) -> list[str]:
-        return []  # no one tool makes a transformers checkpoint with some parts kept: the parts are the recipe
+        """For a candidate llm-compressor made (its ``recipe.yaml`` beside the weights): that recipe with the
+        kept parts' linear layers in each quantizing modifier's ``ignore`` list (``quantized.recipe_keeping``),
+        and as a comment the kept tensors outside them that the candidate changed, which no ignore list
+        keeps. For any other candidate none: no one tool makes it with some parts kept."""
+        import torch
+
+        made_by = recipe_file(self.models[CANDIDATE])
+        if made_by is None:
+            return []
+        original = self.models[ORIGINAL]
+        linear = {name for name, module in original.named_modules() if isinstance(module, torch.nn.Linear)}
+        modules = list(dict.fromkeys(n.rpartition(".")[0] for p in kept for n in p.parameters if n.rpartition(".")[0] in linear))
+        where = str(getattr(original.config, "_name_or_path", "") or self.names[0])  # a folder or hub id oneshot takes
+        lines = quantized.recipe_keeping(made_by, modules, where) if modules else []
+        outside = [n for p in kept for n in p.parameters if n.rpartition(".")[0] not in linear
+                   and not self.unchanged(Part(n, (n,)))]
+        if lines and outside:
+            lines.insert(2, f"# not kept by it: {', '.join(outside)}, which the candidate changed outside its linear layers")
+        return lines

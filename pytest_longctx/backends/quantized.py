@@ -5,8 +5,11 @@ imports a quantization library except to see whether it is there."""
 from __future__ import annotations
 
 import importlib
+import json
+import re
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from pytest_longctx.errors import first_line
 
@@ -30,6 +33,27 @@ TORCHAO_KINDS = {
 # what a compressed-tensors scheme's strategy means for its weights
 GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "group": "per group",
                "tensor_group": "per tensor and group"}
+
+
+# llm-compressor's modifiers by the method each applies, in the words their authors use
+LLMCOMPRESSOR_METHODS = {
+    "QuantizationModifier": "round to nearest",
+    "GPTQModifier": "GPTQ",
+    "AWQModifier": "AWQ",
+    "SmoothQuantModifier": "SmoothQuant",
+    "AutoRoundModifier": "AutoRound",
+    "SpinQuantModifier": "SpinQuant",
+    "QuIPModifier": "QuIP",
+    "SparseGPTModifier": "SparseGPT",
+    "LogarithmicEqualizationModifier": "logarithmic equalization",
+}
+# a modifier's name as llm-compressor writes it in the recipe.yaml it saves beside the weights
+RECIPE_MODIFIER = re.compile(r"^\s+(\w+Modifier):\s*$", re.MULTILINE)
+# the modifiers that round weights: a module in their ``ignore`` list keeps its float weights
+QUANTIZING = {"QuantizationModifier", "GPTQModifier", "AWQModifier", "AutoRoundModifier"}
+TUPLE = "tag:yaml.org,2002:python/tuple"  # how PyYAML writes a tuple, as llm-compressor's recipes hold some
+# the modifiers whose result depends on data other layers see: re-made, the other layers change too
+CALIBRATED = {"GPTQModifier", "AWQModifier", "AutoRoundModifier", "SmoothQuantModifier"}
 
 
 def method(quantization: Mapping[str, Any]) -> str | None:
@@ -80,6 +104,15 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
     name = method(quantization)
     if name is None:
         return "none"
+    if quantization.get("dequantized_on_load"):
+        activations = quantization.get("activation_scheme")
+        return (describe({k: v for k, v in quantization.items() if k != "dequantized_on_load"}) + ", de-quantized on load: "
+                + "its weights are judged" + (f", not its activation rounding ({activations})" if activations else "")
+                + " (transformers has no kernel for it here)")
+    if name == "fp8":
+        block = quantization.get("weight_block_size")
+        return "fp8 e4m3 weights" + (f" in blocks of {block[0]}x{block[1]}" if isinstance(block, list) and len(block) == 2
+                                     else " per tensor")
     if name == "torchao":
         return f"torchao {_torchao(quantization)}"
     if name == "bitsandbytes":
@@ -91,6 +124,75 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
         return "GGUF, de-quantized to the loading dtype"
     bits, group = quantization.get("bits"), quantization.get("group_size")
     return name + (f" {bits}-bit" if bits else "") + (f", groups of {group}" if isinstance(group, int) and group > 0 else "")
+
+
+def made_by(recipe: str | Path | None, quantization: Mapping[str, Any], written: str | None = None) -> str:
+    """Who made a compressed-tensors checkpoint and how, from what it records: the methods of the
+    llm-compressor recipe saved beside its weights (``recipe.yaml``, its modifiers in order) and the
+    compressed-tensors version that wrote it (``written``: the stored config's ``version``, which
+    transformers drops on load): ``SmoothQuant, round to nearest, by llm-compressor (compressed-tensors
+    0.19.0 wrote it)``. llm-compressor does not record its own version; the compressed-tensors one
+    narrows down its release. Empty without a recipe."""
+    if recipe is None or method(quantization) != "compressed-tensors":
+        return ""
+    try:
+        text = Path(recipe).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    names = list(dict.fromkeys(RECIPE_MODIFIER.findall(text)))
+    if not names:
+        return ""
+    methods = ", ".join(LLMCOMPRESSOR_METHODS.get(name, name.removesuffix("Modifier")) for name in names)
+    written = quantization.get("version") or written
+    return f"{methods}, by llm-compressor" + (f" (compressed-tensors {written} wrote it)" if written else "")
+
+
+def recipe_keeping(recipe: Path, modules: Sequence[str], original: str) -> list[str]:
+    """The llm-compressor recipe that makes the checkpoint with ``modules`` (linear layers' names)
+    left in float, as lines of YAML: ``recipe``, the one saved beside it, with those modules added
+    to the ``ignore`` list of each modifier that rounds weights, after comments that say how to run
+    it on ``original``. Empty when the recipe cannot be read or holds no such modifier."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # llm-compressor writes SmoothQuant's mappings as tuples (!!python/tuple): kept so
+        pass
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Loader.add_constructor(TUPLE, lambda loader, node: tuple(loader.construct_sequence(node, deep=True)))
+    Dumper.add_representer(tuple, lambda dumper, value: dumper.represent_sequence(TUPLE, value))
+    try:
+        text = Path(recipe).read_text(encoding="utf-8")
+        stages = yaml.load(text, Loader=Loader)  # noqa: S506 - a safe loader, one tag more
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    found: list[str] = []
+
+    def visit(node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            if key in QUANTIZING and isinstance(value, dict):
+                ignored = value.get("ignore") or []
+                value["ignore"] = [*ignored, *(m for m in modules if m not in ignored)]
+                found.append(key)
+            else:
+                visit(value)
+
+    visit(stages)
+    if not found:
+        return []
+    redone = sorted(CALIBRATED & set(RECIPE_MODIFIER.findall(text)))
+    lines = [f"# llm-compressor: oneshot(model={json.dumps(original)}, recipe=\"fix.yaml\""
+             + (", dataset=<the calibration data the candidate was made with>" if redone else "")
+             + "), then save_pretrained(..., save_compressed=True)",
+             f"# the candidate's recipe.yaml with the fix set's {len(modules)} linear layer{'s' * (len(modules) != 1)} added to "
+             "each ignore list"]
+    if redone:
+        lines.append(f"# {' and '.join(LLMCOMPRESSOR_METHODS[m] for m in redone)} quantize{'s' * (len(redone) == 1)} each layer on "
+                     "what the layers before it compute: re-made, the other layers differ from the candidate's too; gate the result")
+    return lines + yaml.dump(stages, Dumper=Dumper, sort_keys=False, default_flow_style=None).splitlines()
 
 
 def _torchao(quantization: Mapping[str, Any]) -> str:

@@ -1,0 +1,339 @@
+"""Checkpoints made by llm-compressor itself, in its own environment (it pins an older
+transformers and compressed-tensors), read here in the main one through the transformers
+backend as a user's would be (issue 32). CI makes them first:
+
+    bash scripts/setup-llmcompressor-venv.sh .llmcompressor-venv
+    .llmcompressor-venv/bin/python benchmarks/llmcompressor_variants.py --out DIR
+    LONGCTX_LLMCOMPRESSOR_CHECKPOINTS=DIR python -m pytest tests/test_llmcompressor_checkpoints.py
+
+Without that variable these tests skip, saying so; with LONGCTX_TEST_LLMCOMPRESSOR=1 a missing
+checkpoint fails them. The independent check: each checkpoint's integers and scales are read
+from its safetensors file here with numpy and multiplied out by hand (4-bit values unpacked from
+their int32 words), the result loaded into the plain float model, and that model read with one
+full forward pass and a full-vocabulary log-softmax (tests/naive.py). W8A8 also rounds each
+token's input to every quantized layer to int8, written here from the format's definition."""
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import checkpointkit
+import numpy as np
+import pytest
+from conftest import needs, skip_unless
+
+from pytest_longctx.backends import base
+from pytest_longctx.backends.hf import TransformersBackend
+
+pytestmark = [needs("torch", "transformers", install='pip install -e ".[hf]"'),
+              needs("compressed_tensors", install="pip install 'pytest-longctx[compressed-tensors]'")]
+
+MAKE = ("bash scripts/setup-llmcompressor-venv.sh .llmcompressor-venv && .llmcompressor-venv/bin/python "
+        "benchmarks/llmcompressor_variants.py --out DIR, then LONGCTX_LLMCOMPRESSOR_CHECKPOINTS=DIR")
+RTN, GPTQ, SQ = "round to nearest", "GPTQ", "SmoothQuant, round to nearest"
+W8A8 = "W8A8, int8 weights per channel, int8 activations dynamic per token, rounded as they run"
+# kind -> what the backend says it is, before "by llm-compressor (compressed-tensors X wrote it)"
+KINDS = {
+    "w4a16": f"W4A16, groups of 128; {RTN}",
+    "w4a16-g32": f"W4A16, groups of 32; {RTN}",
+    "w4a16-ignore": f"W4A16, groups of 128; {RTN}",
+    "w8a8": f"{W8A8}; {RTN}",
+    "w8a8-smoothquant": f"{W8A8}; {SQ}",
+    "w4a16-gptq": f"W4A16, groups of 128; {GPTQ}",
+}
+IDS = np.random.default_rng(0).integers(0, 128, 300).tolist()  # the tiny model's 128 tokens
+POSITIONS = list(range(0, 299, 7))
+CUT = 150
+
+
+@pytest.fixture(scope="module")
+def made() -> Path:
+    """The folder benchmarks/llmcompressor_variants.py wrote, every kind in it."""
+    where = os.environ.get("LONGCTX_LLMCOMPRESSOR_CHECKPOINTS")
+    folder = Path(where) if where else None
+    missing = [k for k in ("float", *KINDS) if folder is None or not (folder / k / "config.json").is_file()]
+    problem = ("LONGCTX_LLMCOMPRESSOR_CHECKPOINTS is not set" if folder is None
+               else f"LONGCTX_LLMCOMPRESSOR_CHECKPOINTS={folder} lacks {', '.join(missing)}" if missing else None)
+    skip_unless(problem, f"make them: {MAKE}", required_by="LONGCTX_TEST_LLMCOMPRESSOR")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def loaded(made):
+    backends: dict[str, TransformersBackend] = {}
+
+    def get(kind: str) -> TransformersBackend:
+        if kind not in backends:
+            backends[kind] = TransformersBackend.load(str(made / kind), dtype="float32", device="cpu")
+        return backends[kind]
+
+    return get
+
+
+# the reads at POSITIONS through the backend (IDS in two pieces, cut at CUT) and naively
+backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
+naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
+
+
+# --------------------------------------------------------------- the same model, made by hand
+
+
+def unpack_int4(words: np.ndarray, columns: int) -> np.ndarray:
+    """Signed 4-bit values from int32 words, eight a word, the first in the lowest bits, each
+    stored plus 8 (0..15 for -8..7): [rows, words] -> [rows, columns]."""
+    unsigned = words.astype(np.int64) & 0xFFFFFFFF  # [rows, words]
+    nibbles = np.stack([(unsigned >> (4 * k)) & 0xF for k in range(8)], axis=-1)  # [rows, words, 8]
+    return nibbles.reshape(words.shape[0], -1)[:, :columns] - 8
+
+
+def de_quantized(folder: Path) -> tuple[dict[str, np.ndarray], set[str]]:
+    """The checkpoint's weights as float32, each quantized one its integers times its scale (per
+    output row, or per group of inputs), and the names of the quantized layers."""
+    from safetensors.numpy import load_file
+
+    tensors = load_file(folder / "model.safetensors")
+    weights: dict[str, np.ndarray] = {}
+    quantized: set[str] = set()
+    for name, tensor in tensors.items():
+        layer, _, kind = name.rpartition(".")
+        if kind == "weight_packed":
+            rows, columns = (int(n) for n in tensors[f"{layer}.weight_shape"])
+            ints = unpack_int4(tensor, columns)  # [rows, columns]
+        elif kind == "weight" and f"{layer}.weight_scale" in tensors:
+            ints = tensor.astype(np.int64)  # int8 stored as is
+        else:
+            if kind not in ("weight_scale", "weight_shape", "weight_zero_point"):
+                weights[name] = tensor.astype(np.float32)
+            continue
+        scale = tensors[f"{layer}.weight_scale"].astype(np.float32)  # [rows, groups]
+        groups = ints.reshape(ints.shape[0], scale.shape[1], -1).astype(np.float32)  # [rows, groups, per group]
+        weights[f"{layer}.weight"] = (groups * scale[..., None]).reshape(ints.shape)
+        quantized.add(layer)
+    return weights, quantized
+
+
+def round_per_token(x: Any, divisor: float) -> Any:
+    """Each token's vector rounded to int8 steps of (its largest magnitude / divisor), kept in [-128, 127]."""
+    import torch
+
+    step = (x.abs().amax(dim=-1, keepdim=True) / divisor).clamp_min(torch.finfo(x.dtype).eps)  # [..., 1]
+    return torch.clamp(torch.round(x / step), -128, 127) * step
+
+
+def hand_made(folder: Path, divisor: float | None = None) -> Any:
+    """The plain float model of ``folder``'s config with its de-quantized weights; with ``divisor``
+    every quantized layer's input rounded per token first (see round_per_token)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    stored = json.loads((folder / "config.json").read_text())
+    stored.pop("quantization_config")
+    config = AutoConfig.for_model(stored.pop("model_type"), **stored)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    weights, quantized = de_quantized(folder)
+    model.load_state_dict({name: torch.from_numpy(w) for name, w in weights.items()}, strict=True)
+    if divisor is not None:
+        for name in quantized:
+            model.get_submodule(name).register_forward_pre_hook(lambda _, args: (round_per_token(args[0], divisor),))
+    return model
+
+
+def test_the_checkpoints_record_what_made_them(made):
+    record = json.loads((made / "made.json").read_text())
+    assert set(KINDS) <= set(record["kinds"]) and record["versions"]["llmcompressor"]
+    for kind in KINDS:
+        quantization = json.loads((made / kind / "config.json").read_text())["quantization_config"]
+        assert quantization["quant_method"] == "compressed-tensors"
+        assert quantization["version"] == record["versions"]["compressed-tensors"]
+        assert (made / kind / "recipe.yaml").is_file()
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if not k.startswith("w8a8")])
+def test_w4a16_reads_equal_a_naive_pass_of_the_model_de_quantized_by_hand(kind, made, loaded):
+    backend = loaded(kind)
+    top1, logprobs = backend_reads(backend)
+    want_top1, want_logprobs = naive_reads(hand_made(made / kind))
+    assert top1 == want_top1
+    assert np.max(np.abs(logprobs - want_logprobs)) <= 1e-5
+    float_logprobs = backend_reads(TransformersBackend.load(str(made / "float"), dtype="float32", device="cpu"))[1]
+    assert np.max(np.abs(float_logprobs - logprobs)) > 1e-3  # 4-bit weights: far from the float model
+
+
+@pytest.mark.parametrize("kind", ["w8a8", "w8a8-smoothquant"])
+def test_w8a8_activations_are_rounded_on_compressed_tensors_grid_not_vllms(kind, made, loaded):
+    """transformers runs a W8A8 checkpoint through compressed-tensors' forward, which rounds each
+    token's input to int8 in steps of its largest magnitude / 127.5 (its symmetric range, 255 steps,
+    halved) and clips the largest to 127; vLLM's int8 kernels step by the largest / 127. The reads
+    are the hand-made model rounding as compressed-tensors does, to float32 rounding; rounding as
+    vLLM does, or not at all, reads measurably otherwise."""
+    top1, logprobs = backend_reads(loaded(kind))
+    folder = made / kind
+    gaps = {}
+    for name, divisor in (("compressed-tensors", 127.5), ("vLLM", 127.0), ("weights only", None)):
+        want_top1, want = naive_reads(hand_made(folder, divisor))
+        gaps[name] = float(np.max(np.abs(logprobs - want)))
+        if name == "compressed-tensors":
+            assert top1 == want_top1
+    print(f"\n{kind} reads against the hand-made model, largest gap in nats: {gaps}")
+    assert gaps["compressed-tensors"] <= 1e-5
+    assert gaps["vLLM"] > 10 * max(gaps["compressed-tensors"], 1e-6)
+    assert gaps["weights only"] > 10 * max(gaps["compressed-tensors"], 1e-6)
+
+
+def test_the_ignore_list_leaves_those_layers_in_float(made, loaded):
+    """``w4a16-ignore`` ignored layer 0's attention and every down_proj: their weights are the float
+    model's bit for bit, in the file and as loaded; every other linear layer is 4-bit."""
+    from safetensors.numpy import load_file
+
+    plain = load_file(made / "float" / "model.safetensors")
+    stored = load_file(made / "w4a16-ignore" / "model.safetensors")
+    model = loaded("w4a16-ignore").model
+    layers = [name for name in plain if name.endswith("_proj.weight")]
+    ignored = [n for n in layers if n.startswith("model.layers.0.self_attn.") or n.endswith("down_proj.weight")]
+    assert len(ignored) == 6 and len(layers) == 14
+    for name in layers:
+        here = model.get_parameter(name).detach().numpy()
+        if name in ignored:
+            assert np.array_equal(stored[name], plain[name]) and np.array_equal(here, plain[name])
+        else:
+            assert name not in stored and f"{name.removesuffix('.weight')}.weight_packed" in stored
+            assert not np.array_equal(here, plain[name]) and len(np.unique(here[0, :128])) <= 16  # 4 bits a group
+
+
+def test_the_backend_says_what_each_is_and_who_made_it(made, loaded):
+    written = json.loads((made / "made.json").read_text())["versions"]["compressed-tensors"]
+    for kind, words in KINDS.items():
+        backend = loaded(kind)
+        said = f"compressed-tensors {words}, by llm-compressor (compressed-tensors {written} wrote it)"
+        meta = base.describe(backend)  # the results' meta and junit properties are made of it
+        assert meta["quantization"] == said
+        assert set(meta["versions"]) == {"torch", "transformers", "compressed-tensors"}
+    assert TransformersBackend.load(str(made / "float"), dtype="float32", device="cpu").describe()["quantization"] == "none"
+
+
+def test_each_quantization_has_its_own_fingerprint(loaded):
+    """The same float model made six ways: six weight digests; the config digest follows the
+    scheme (GPTQ's records its activation order, the ignore list its layers), so SmoothQuant, which
+    changes only weights, shares W8A8's."""
+    described = {kind: loaded(kind).describe() for kind in KINDS}
+    assert len({d["weights"] for d in described.values()}) == len(KINDS)
+    assert len({d["config"] for d in described.values()}) == len(KINDS) - 1
+    assert described["w8a8"]["config"] == described["w8a8-smoothquant"]["config"]
+
+
+def test_a_recipe_names_its_methods_in_order_and_nothing_is_said_without_one(tmp_path):
+    """made_by reads the modifiers' names from the recipe's text as llm-compressor writes it; an
+    unknown one is named without its suffix."""
+    from pytest_longctx.backends import quantized
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("default_stage:\n  default_modifiers:\n    AWQModifier:\n      scheme: W4A16\n"
+                      "    FancyNewModifier:\n      ignore: [lm_head]\n")
+    config = {"quant_method": "compressed-tensors"}
+    assert quantized.made_by(recipe, config, "0.21.0") == "AWQ, FancyNew, by llm-compressor (compressed-tensors 0.21.0 wrote it)"
+    assert quantized.made_by(None, config) == "" and quantized.made_by(tmp_path / "absent.yaml", config) == ""
+    assert quantized.made_by(recipe, {"quant_method": "torchao"}) == ""
+
+
+# --------------------------------------------------------------- blame's recipe, re-made by llm-compressor
+
+
+def fix_set_pair(made: Path, kind: str) -> Any:
+    from pytest_longctx.backends.parts import StateDictPair
+
+    original, candidate = (TransformersBackend.load(str(made / k), dtype="float32", device="cpu") for k in ("float", kind))
+    return StateDictPair(original.model, candidate.model, None, (str(made / "float"), str(made / kind)))
+
+
+def ignore_lists(lines: list[str]) -> dict[str, list[str]]:
+    """Each modifier's ignore list in a recipe's YAML, by the modifier's name."""
+    import yaml
+
+    found: dict[str, list[str]] = {}
+
+    def visit(node: Any) -> None:
+        for key, value in node.items() if isinstance(node, dict) else ():
+            if key.endswith("Modifier"):
+                found[key] = value.get("ignore")
+            else:
+                visit(value)
+
+    visit(yaml.safe_load("\n".join(lines)))
+    return found
+
+
+def test_a_recipe_with_tuples_keeps_them_and_says_its_calibration_moves_the_other_layers(made):
+    """SmoothQuant's recipe holds its mappings as Python tuples (``!!python/tuple``): the fix set's recipe is
+    the same document, tuples and all, with the layers added to the quantizing modifier's ignore list only
+    (SmoothQuant's is left as it was), after a comment that says SmoothQuant calibrates."""
+    import yaml
+
+    from pytest_longctx.backends import quantized
+
+    written = made / "w8a8-smoothquant" / "recipe.yaml"
+    keep = ["model.layers.0.mlp.up_proj", "model.layers.1.self_attn.k_proj"]
+    lines = quantized.recipe_keeping(written, keep, "my/float")
+    comments = [line for line in lines if line.startswith("#")]
+    assert comments == ['# llm-compressor: oneshot(model="my/float", recipe="fix.yaml", dataset=<the calibration data the '
+                        'candidate was made with>), then save_pretrained(..., save_compressed=True)',
+                        "# the candidate's recipe.yaml with the fix set's 2 linear layers added to each ignore list",
+                        "# SmoothQuant quantizes each layer on what the layers before it compute: re-made, the other layers "
+                        "differ from the candidate's too; gate the result"]
+    want = yaml.full_load(written.read_text())  # PyYAML's full loader makes the tuples itself
+    modifiers = want["default_stage"]["default_modifiers"]
+    assert isinstance(modifiers["SmoothQuantModifier"]["mappings"][0], tuple)
+    modifiers["QuantizationModifier"]["ignore"] += keep
+    assert yaml.full_load("\n".join(lines)) == want
+
+
+@pytest.mark.parametrize("kind", ["w4a16", "w8a8", "w8a8-smoothquant"])
+def test_blames_hybrids_with_every_part_swapped_read_as_the_other_model(kind, made, loaded):
+    """A compressed-tensors layer rounds as it runs (its weight to its scheme, W8A8 also its input): the
+    candidate with every part restored reads as the float model (no layer rounds any more), and the
+    float model with every part of the candidate as the candidate (each layer then rounds its input
+    as the candidate's does), which hybrids that only moved weights would not."""
+    checkpointkit.check_every_part_swaps(fix_set_pair(made, kind), loaded("float"), loaded(kind), backend_reads)
+
+
+def test_blames_recipe_made_by_llm_compressor_computes_what_the_fix_set_hybrid_did(made, tmp_path):
+    """The round-to-nearest candidate with layer 0's MLP and layer 1's attention kept: blame's recipe, run by
+    llm-compressor itself (in its own environment, LONGCTX_LLMCOMPRESSOR_PYTHON), makes the checkpoint whose
+    every weight is the hybrid's, bit for bit, and whose reads are the hybrid's (rounding to nearest treats
+    each layer on its own, so leaving some in float changes no other)."""
+    import subprocess
+
+    import torch
+
+    from pytest_longctx.backends.parts import CANDIDATE, select_parts
+
+    python = os.environ.get("LONGCTX_LLMCOMPRESSOR_PYTHON")
+    skip_unless(None if python else "LONGCTX_LLMCOMPRESSOR_PYTHON is not set",
+                "point it at the python of scripts/setup-llmcompressor-venv.sh's environment", required_by="LONGCTX_TEST_LLMCOMPRESSOR")
+    pair = fix_set_pair(made, "w4a16")
+    kept = select_parts(pair.parts("block"), ["layer.0.mlp", "layer.1.attn"], "block")
+    lines = pair.recipe(kept)
+    added = [f"model.layers.0.mlp.{m}_proj" for m in ("gate", "up", "down")] + [
+        f"model.layers.1.self_attn.{m}_proj" for m in "qkvo"]
+    assert ignore_lists(lines) == {"QuantizationModifier": ["lm_head", *added]}
+    assert not any(line.startswith("# not kept") or "calibrate" in line for line in lines)
+    (tmp_path / "fix.yaml").write_text("\n".join(lines) + "\n")
+    done = subprocess.run([python, str(Path(__file__).parents[1] / "benchmarks" / "llmcompressor_variants.py"),
+                           "--model", str(made / "float"), "--recipe", str(tmp_path / "fix.yaml"), "--out", str(tmp_path / "fixed")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    fixed = TransformersBackend.load(str(tmp_path / "fixed"), dtype="float32", device="cpu")
+    def weights(model: Any) -> dict[str, Any]:  # the tensors it computes with: not a quantized layer's scales and shape
+        return {n: p.detach().clone() for n, p in model.named_parameters() if not n.endswith(("_scale", "_shape", "_zero_point"))}
+
+    with pair.hybrid(CANDIDATE, kept, "hybrid") as hybrid:
+        held = weights(hybrid.model)
+        want_top1, want = backend_reads(hybrid)
+    mine = weights(fixed.model)
+    assert set(mine) == set(held) and len(held) == 25
+    assert [n for n, w in held.items() if not torch.equal(mine[n], w)] == []
+    top1, logprobs = backend_reads(fixed)
+    assert top1 == want_top1 and np.array_equal(logprobs, want)
+    assert np.max(np.abs(logprobs - backend_reads(TransformersBackend.load(str(made / "w4a16"), dtype="float32"))[1])) > 1e-3
