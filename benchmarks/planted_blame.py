@@ -122,10 +122,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", type=Path, default=Path("variants"))
+    parser.add_argument("--baseline", default=BASELINE, help=f"the original's baseline (default {BASELINE})")
+    parser.add_argument("--data", default="builtin", help="'builtin' or a benchmark folder the baseline was scored on")
     parser.add_argument("--sets", default="facts")
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=2)
     parser.add_argument("--only", nargs="*", choices=[p.name for p in PLANTED], default=[p.name for p in PLANTED])
+    parser.add_argument("--granularity", choices=("layer", "block"), help="only the blame runs at this granularity")
     args = parser.parse_args()
     from pytest_longctx.backends.aliases import resolve_model
 
@@ -133,14 +136,16 @@ def main() -> int:
     missed = 0
     for planted in (next(p for p in PLANTED if p.name == name) for name in args.only):
         folder = build(planted, resolve_model(args.model), args.out)
-        for stage in planted.stages:
+        for stage in (s for s in planted.stages if args.granularity in (None, s.granularity)):
             result = args.out / f"{planted.name}.blame-{stage.granularity}.json"
-            command = ["longctx", "blame", "--reference", args.model, "--model", str(folder), "--baseline", BASELINE,
-                       "--sets", args.sets, "--lengths", args.lengths, "--limit", str(args.limit),
+            command = ["longctx", "blame", "--reference", args.model, "--model", str(folder), "--baseline", args.baseline,
+                       "--data", args.data, "--sets", args.sets, "--lengths", args.lengths, "--limit", str(args.limit),
                        "--granularity", stage.granularity, "--out", str(result)]
             print(f"$ {shlex.join(command)}", flush=True)
             started = time.monotonic()
-            subprocess.run(command, check=True)
+            # the longctx command of this interpreter: a virtual environment run without activating it has no
+            # longctx on PATH
+            subprocess.run([sys.executable, "-m", "pytest_longctx.cli", *command[1:]], check=True)
             print(f"{planted.name} by {stage.granularity}: {time.monotonic() - started:.0f} s", flush=True)
             for what, holds, figures in check(json.loads(result.read_text()), stage.planted):
                 missed += not holds

@@ -104,7 +104,11 @@ def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, nudged, dat
     assert set(found.fix_set) == planted and found.fixed
     # the parts outside the changed layers are the original's own: not scored again, the original read once instead
     assert {p.part.name for p in found.parts if p.unchanged} == {"embed", "layer.2", "final", "lm_head"}
-    assert found.hybrids == 2 * (len(planted) + 1) + 1 + len(found.fix_set) - 1  # the first fix step is a restore hybrid
+    # the parts' own hybrids, the original once, the fix set's step 2 (the other planted layer, tried first: it
+    # passes) and the first layer tried without it; the first step reads the restore hybrids
+    first, second = (p.part.name for p in found.parts[:2])
+    assert found.fix_moves == [f"+ {first} (best of 3)", f"+ {second} (best of 1)", f"without {first}: fails"]
+    assert found.hybrids == 2 * (len(planted) + 1) + 1 + 1 + 1
     assert found.fix_cost.parameters == sum(p.numel() for n, p in original.named_parameters()
                                             if n.startswith(("model.layers.1.", "model.layers.3.")))
     assert found.verification["passed"], found.verification["failing"]
@@ -224,3 +228,164 @@ def test_bad_input_is_one_line(original, qwen_tokenizer):
     with pytest.raises(LongctxError, match=r"^--parts layer\.9: no such part at --granularity layer; the parts are "
                                            r"embed, layer\.0, layer\.1, layer\.2, layer\.3, final, lm_head$"):
         select_parts(model_parts(original, "layer"), ["layer.1", "layer.9"], "layer")
+
+
+def cancelling(vocab_size: int, seed: int = 3):
+    """An original whose residual channels 0 and 1 pass layer 1's MLP and layer 2's attention unread (their
+    norms' weights are 0 there), and a candidate whose layer 1 writes a constant into those channels (the
+    attention's output bias) that layer 2 half takes back: layer 1's damage hurts alone, and restoring
+    layer 2 alone makes it worse (the whole constant then reaches the later layers). Layer 3 is nudged by
+    a rounding-sized noise, a third part in question."""
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_qwen3(vocab_size, seed=seed, layers=4, init=0.5).config
+    config.attention_bias = True
+    torch.manual_seed(seed)
+    original = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        original.model.layers[1].post_attention_layernorm.weight[:2] = 0
+        original.model.layers[2].input_layernorm.weight[:2] = 0
+    written = torch.zeros(config.hidden_size)
+    written[0], written[1] = 64.0, -44.8
+    candidate = damaged(original, layers=(3,), scale=1e-3)
+    with torch.no_grad():
+        candidate.model.layers[1].self_attn.o_proj.bias.add_(written)
+        candidate.model.layers[2].self_attn.o_proj.bias.add_(-0.5 * written)
+    return original, candidate
+
+
+def row_figures(model, dataset, baseline):
+    """The rows' far drift and verdicts of ``model`` itself, scored and judged as the gate does (no hybrid)."""
+    from pytest_longctx.gate.blame import row_states
+    from pytest_longctx.gate.thresholds import Thresholds
+    from pytest_longctx.gate.verdicts import evaluate
+    from pytest_longctx.scoring.pipeline import compute_sets
+
+    scores = score_items(TransformersBackend(model), None, dataset, "ids", progress=False, reference=baseline)
+    thresholds = Thresholds()
+    evaluation = evaluate(compute_sets(dataset, scores, baseline, thresholds.min_effect),
+                          compute_sets(dataset, baseline, None, thresholds.min_effect), thresholds)
+    return row_states(evaluation, list(evaluation.drift))
+
+
+def test_the_fix_set_is_searched_and_finds_a_pair_whose_halves_cancel(qwen_tokenizer, dataset):
+    original, candidate = cancelling(len(qwen_tokenizer))
+    baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
+    found = blame(original, candidate, None, dataset, baseline, progress=False)
+    [row] = found.rows
+    by_name = {p.part.name: p for p in found.parts}
+    first, second, nudge = by_name["layer.1"], by_name["layer.2"], by_name["layer.3"]
+    # the figures of each single hybrid are those of the model made by hand with that part put back
+    restored_first = copy.deepcopy(candidate)
+    restored_first.model.layers[1].load_state_dict(original.model.layers[1].state_dict())
+    restored_second = copy.deepcopy(candidate)
+    restored_second.model.layers[2].load_state_dict(original.model.layers[2].state_dict())
+    for made, entry in ((restored_first, first), (restored_second, second)):
+        assert row_figures(made, dataset, baseline)[row] == entry.restore[row]
+    assert row_figures(candidate, dataset, baseline)[row] == found.candidate[row]
+    # the case: layer 1 restores most but not enough; restoring layer 2 alone makes it worse, its damage share says it matters
+    assert found.parts[0] is first and found.restore_share(first, row) > 0.5 and not first.restore[row].passed
+    assert found.restore_share(second, row) < -0.5 and found.damage_share(second, row) > 0.2 and found.differ(second, row)
+    assert found.score(second) < 0 < found.prior(second)  # a fix set taken in restore order would stop before layer 2
+    assert found.fix_set == ["layer.1", "layer.2"] and found.fixed
+    # layer 2 passes first (no third part tried); then layer 1 is tried without layer 2 and is needed
+    assert found.fix_moves == ["+ layer.1 (best of 3)", "+ layer.2 (best of 1)", "without layer.1: fails"]
+    assert found.fix_hybrids == 2 and len(found.fix_steps) == 2
+    # the fix set's figures are those of the original with layer 3's nudge alone, made by hand
+    nudged_only = copy.deepcopy(original)
+    nudged_only.model.layers[3].load_state_dict(candidate.model.layers[3].state_dict())
+    assert found.fix_steps[-1][row] == row_figures(nudged_only, dataset, baseline)[row] and found.fix_steps[-1][row].passed
+    assert found.verification["passed"], found.verification["failing"]
+    # the parts' own hybrids (3 changed, 2 ways), the original for the 4 unchanged ones, step 2 (one tried), layer 1 tried without
+    assert not nudge.unchanged and found.hybrids == 2 * 3 + 1 + 1 + 1
+
+
+def test_the_fix_set_search_stops_at_its_budget_and_says_what_is_left(qwen_tokenizer, dataset):
+    original, candidate = cancelling(len(qwen_tokenizer))
+    found = blame(original, candidate, None, dataset, None, progress=False, verify=False, fix_budget=1)
+    assert found.fix_set == ["layer.1", "layer.2"] and found.fixed  # the one hybrid: step 2, which passes
+    assert found.hybrids == 2 * 3 + 1 + 1  # no hybrid left to try layer 1 without layer 2
+    assert found.notes == ["the fix set search spent its budget of 1 hybrids before trying each part without the others: "
+                           "it may hold a part they make needless (--fix-budget)"]
+    # without layer 2 among the parts measured, every part in question is kept and the rows still fail
+    found = blame(original, candidate, None, dataset, None, progress=False, verify=False, parts=["layer.1", "layer.3"],
+                  fix_budget=1)
+    assert found.fix_set == ["layer.1", "layer.3"] and not found.fixed and found.hybrids == 2 * 2 + 1
+    assert found.notes == ["with every part that restores or causes any far drift kept (2 of 2 measured), a blamed row still "
+                           "fails: the rest of the damage lies in parts not measured (--parts) or in how the parts interact"]
+
+
+@pytest.mark.parametrize("budget", ["0", "-3", "many"])
+def test_a_fix_budget_that_is_no_count_of_hybrids_is_refused(budget, capsys):
+    with pytest.raises(SystemExit) as raised:
+        main(["blame", "--reference", "a", "--model", "b", "--fix-budget", budget])
+    assert raised.value.code == 2
+    assert f"--fix-budget: expected a whole number of hybrids, 1 or more: {budget!r}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["blame", "--reference", "a", "--model", "b", "--boundary-every", "-1" if budget == "0" else budget])
+    assert "--boundary-every: expected a whole number of layers, 0 or more" in capsys.readouterr().err
+
+
+def forwarded_tokens(model, dataset):
+    """The tokens the engine runs through ``model`` to score ``dataset`` once, counted at its forward calls."""
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        reads(model, dataset)
+    finally:
+        hook.remove()
+    return sum(seen)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_the_same(original, nudged, dataset, every,
+                                                                                       tmp_path):
+    whole = blame(original, nudged, None, dataset, None, progress=False, reuse=False)
+    # with a score cache, which holds the candidate's answers once it is scored: both sides are still recorded
+    reused = blame(original, nudged, None, dataset, None, progress=False, reuse=True, reuse_every=every,
+                   cache_dir=str(tmp_path))
+    assert whole.reuse is None and reused.reuse is not None
+    mine, theirs = whole.to_json(), reused.to_json()
+    for key in ("hybrids", "reuse"):
+        mine.pop(key), theirs.pop(key)
+    assert mine == theirs  # every row state of every part both ways, the fix set's steps and the verification, bit for bit
+    # the original's recording stands in for its scoring for the unchanged parts: one more scoring, the candidate's
+    assert reused.hybrids == whole.hybrids + 1
+    # what was skipped: each hybrid on the items from the boundary kept at or below its first changed layer
+    kept = [b for b in range(every, 5, every)] + [4]
+    start = {k: max((b for b in kept if b <= k), default=0) for k in range(5)}
+    layer = {f"layer.{k}": k for k in range(4)}
+    first_layers = [layer[p.part.name] for p in reused.parts if not p.unchanged] * 2  # restore and damage
+    kept_parts = []
+    for move in reused.fix_moves:  # the fix set's hybrids: the parts kept with the one tried, or without the one left out
+        name = move.split()[1]
+        if move.startswith("+ ") and kept_parts:
+            first_layers.append(min(layer[n] for n in [*kept_parts, name]))
+        elif move.startswith("without "):
+            name = move.split()[1].rstrip(":")
+            first_layers.append(min(layer[n] for n in kept_parts if n != name))
+        if move.startswith("+ "):
+            kept_parts.append(name)
+    assert len(reused.rows) == 1  # one row: its items are the whole selection
+    tokens = forwarded_tokens(nudged, dataset)
+    assert reused.reuse["skipped"] == tokens * sum(start[k] for k in first_layers)
+    assert reused.reuse["scoring"] == tokens * 4 and reused.reuse["items"] == reused.hybrids * tokens * 4
+    hidden = original.config.hidden_size
+    assert reused.reuse["bytes"] == 2 * len(set(kept)) * tokens * hidden * 4  # both sides, float32
+
+
+
+def test_twelve_changed_layers_read_the_same_from_the_boundaries_at_1_6x_fewer_token_layers(qwen_tokenizer, dataset):
+    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
+    candidate = damaged(damaged(original, layers=(2, 9)), layers=tuple(range(12)), scale=0.05)  # every layer changed
+    whole = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False)
+    reused = blame(original, candidate, None, dataset, None, progress=False, verify=False)  # 12 changed parts: reused
+    mine, theirs = whole.to_json(), reused.to_json()
+    for key in ("hybrids", "reuse"):
+        mine.pop(key), theirs.pop(key)
+    assert mine == theirs and reused.fix_set == ["layer.2", "layer.9"]
+    tokens = forwarded_tokens(candidate, dataset)
+    today = whole.hybrids * tokens * 12  # every hybrid through every layer
+    now = reused.reuse["items"] - reused.reuse["skipped"]
+    assert reused.hybrids == whole.hybrids + 1 and today / now > 1.6

@@ -33,7 +33,7 @@ from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import Blame, RowState, blame_pair
-from pytest_longctx.reports.blame import RECIPE, blame_html, blame_markdown, blame_text
+from pytest_longctx.reports.blame import RECIPES, blame_html, blame_markdown, blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
 pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
@@ -335,11 +335,16 @@ def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(fi
     clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
     # the same blocks in both files: not scored, the candidate's and the original's own figures (exactly 0), ranked
     # after layer 1's MLP, which restores 69 % of the far drift, and before layer 3's attention, which alone, with
-    # layer 1's heavy damage left, makes it 2 % worse; layer 1's MLP alone then passes
+    # layer 1's heavy damage left, makes it 2 % worse; with layer 1's MLP kept it helps (far drift 0.62 -> 0.52), so
+    # the fix set search keeps both, and says the rest lies elsewhere (layer 1's attention is not measured)
     assert clean["unchanged"] and all(s["restore_far"] == 0 and s["damage_far"] == 0 for s in clean["shares"].values())
     assert [p["part"] for p in body["parts"]] == ["layer.1.mlp", "layer.0.attn", "layer.3.attn"]
     assert body["parts"][0]["score"] > 0 > body["parts"][2]["score"]
-    assert body["fix_set"]["parts"] == ["layer.1.mlp"]
+    assert body["fix_set"]["parts"] == ["layer.1.mlp", "layer.3.attn"] and not body["fix_set"]["fixed"]
+    [row] = body["rows"]
+    first, both = (step[row]["far"] for step in body["fix_set"]["steps"])
+    assert first == body["parts"][0]["restore"][row]["far"] and both < first
+    assert "lies in parts not measured (--parts)" in body["notes"][0]
     recipe = body["fix_set"]["recipe"]
     assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {files[0]} fixed.gguf Q8_0"
     assert "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *recipe]) in shown
@@ -359,8 +364,8 @@ def test_the_printed_recipe_is_one_shell_command_in_every_report(files):
     before = RowState(0.1, 0.05, 0.05, passed=False)
     found = Blame("the-original", "candidate.gguf", "layer", passed=False, rows=["r"], candidate={"r": before},
                   fix_set=["layer.1", "kv_cache"], fix_steps=[{"r": replace(before, far=0.01, passed=True)}], fixed=True,
-                  fix_cost=pair.cost(kept), recipe=pair.recipe(kept))
-    blocks = {"terminal": blame_text(found).split(RECIPE + "\n", 1)[1],
+                  fix_cost=pair.cost(kept), recipe=pair.recipe(kept), recipe_tool=pair.recipe_tool)
+    blocks = {"terminal": blame_text(found).split(RECIPES["llama.cpp"][0] + "\n", 1)[1],
               "markdown": re.search(r"\n```sh\n(.*?)\n```", blame_markdown(found), re.S).group(1),
               "html": html.unescape(re.search(r"<pre>(.*?)</pre>", blame_html(found), re.S).group(1))}
     stems = "|".join(MATRICES)

@@ -166,7 +166,12 @@ def test_in_the_gates_report_blame_sits_after_the_drift_section(found):
 def test_a_recipe_is_in_every_report(found):
     made = copy.copy(found)
     made.recipe = ["llama-quantize \\", "  --tensor-type '^blk\\.1\\.(attn_q)\\.weight$=f32' \\", "  a.gguf fixed.gguf Q4_K_M"]
+    made.recipe_tool = "llama.cpp"
     shown = "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *made.recipe])
     assert blame_text(made).endswith("\n\n" + shown) and shown not in blame_text(found)
     assert "```sh\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)  # a shell block
     assert "<pre>" + "\n".join(made.recipe).replace("'", "&#x27;") + "</pre>" in blame_html(made)
+    made.recipe, made.recipe_tool = ["# oneshot(...)", "stage:", "  ignore: [lm_head, model.layers.1.mlp.up_proj]"], "llm-compressor"
+    assert blame_text(made).endswith("\n".join(["", "the fix set, made from the original by llm-compressor with this recipe:",
+                                                 *made.recipe]))
+    assert "```yaml\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)

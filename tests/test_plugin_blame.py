@@ -206,6 +206,9 @@ def test_a_share_is_what_two_gate_runs_of_its_hybrid_say(pytester, made, data_di
                                     "to blame; leave it out"),
     (["--longctx-backend=mine:factory"], "--longctx-blame: it blames transformers checkpoints and GGUF files "
                                          "(--longctx-backend hf or llama.cpp), not --longctx-backend mine:factory; leave it out"),
+    # the press gate's failing rows come from the cache, not the weights: no hybrid of weights explains them
+    (["--longctx-kv-press=knorm:compression_ratio=0.5"], "--longctx-blame: it blames the parts of a model's weights, and "
+     "--longctx-kv-press knorm:compression_ratio=0.5 changes its KV cache, not its weights; leave it out"),
 ])
 def test_longctx_blame_where_it_cannot_run_is_one_line(pytester, made, data_dir, args, message):
     result = gate(pytester, made, data_dir, "named", "--longctx-blame", *args)

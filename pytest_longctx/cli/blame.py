@@ -10,7 +10,7 @@ from pytest_longctx.backends.parts import GRANULARITIES, Pair
 from pytest_longctx.cli.args import add_context_argument, add_loading_arguments, add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.gate.blame import FIX_BUDGET, blame_pair
 from pytest_longctx.gate.verdicts import dataset_keys
 from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", type=names, metavar="NAMES", help="only these parts, comma-separated (e.g. layer.3,lm_head)")
     p.add_argument("--rows", type=lambda text: [r.strip() for r in text.split(";") if r.strip()], metavar="ROWS",
                    help="only these failing rows, ';'-separated, as the gate names them")
+    p.add_argument("--fix-budget", type=positive, default=FIX_BUDGET, metavar="N",
+                   help=f"the hybrids the fix set search may score after the parts' own (default {FIX_BUDGET}): each step "
+                        "tries the leading parts with the ones kept so far")
+    p.add_argument("--boundary-every", type=lambda text: positive(text, zero=True), default=1, metavar="N",
+                   help="transformers: keep each side's residual stream on the blamed items at every N-th layer boundary "
+                        "(default 1) and start each hybrid from the one below its first changed part (with 4 changed "
+                        "parts or more); 0: none, every hybrid runs from the first layer")
     p.add_argument("--out", metavar="PATH", help="write the results JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the report in markdown (e.g. for a CI step summary)")
     p.add_argument("--html", metavar="PATH", help="write the report as HTML, with a bar chart of the shares")
@@ -66,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
     found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity, parts=args.parts,
                        rows=args.rows, progress=not args.quiet, beyond_context=args.allow_beyond_context,
-                       cache_dir=args.cache_dir)
+                       cache_dir=args.cache_dir, fix_budget=args.fix_budget,
+                       reuse=False if args.boundary_every == 0 else None, reuse_every=args.boundary_every or 1)
     print(blame_text(found))
     if args.out:
         write_json(args.out, found.to_json())
@@ -76,6 +84,17 @@ def run(args: argparse.Namespace) -> int:
             write_text_atomically(path, render(found))
             print(f"longctx: blame report written to {path}", file=sys.stderr)
     return 0
+
+
+def positive(text: str, zero: bool = False) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < (0 if zero else 1):
+        raise argparse.ArgumentTypeError(f"expected a whole number of layers, 0 or more: {text!r}" if zero
+                                         else f"expected a whole number of hybrids, 1 or more: {text!r}")
+    return number
 
 
 def pair_of(args: argparse.Namespace) -> Pair:

@@ -34,7 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def fix_set_command(blame_json: str) -> QuantizeCommand:
     """The llama-quantize command of the fix set in the blame results ``blame_json``."""
     body = read_json_file(Path(blame_json), "--fixed-by", MAKE_IT)
-    lines = ((body.get("fix_set") or {}).get("recipe") or []) if isinstance(body, dict) else []
+    fix_set = (body.get("fix_set") or {}) if isinstance(body, dict) else {}
+    if fix_set.get("recipe_tool") not in (None, "", "llama.cpp"):
+        raise LongctxError(f"--fixed-by {blame_json}: its fix set is a recipe for {fix_set['recipe_tool']}, not a llama-quantize "
+                           f"command: run that tool with it (the recipe's first lines say how)")
+    lines = fix_set.get("recipe") or []
     if not lines:
         raise LongctxError(f"--fixed-by {blame_json}: holds no llama-quantize command (fix_set.recipe): a llama.cpp blame "
                            f"writes one when it found a fix set; {MAKE_IT}")

@@ -12,11 +12,20 @@ part. On those rows' items only, each part is measured in two directions:
 * damage: the original with the part taken from the candidate; its share is how much of the
   candidate's far drift appears, hybrid / candidate.
 
-Parts are ranked by restore share (the mean over the blamed rows). The fix set adds parts in
-that order, re-scoring the combined hybrid each step, until every blamed row passes (its far
-drift within its threshold and its other checks, accuracy among them), or no part left restores
-anything; the combined hybrid is then run through the gate on the whole selection (the
-verification: PASS or FAIL as the gate would say).
+Parts are ranked by restore share (the mean over the blamed rows). The fix set is searched, not
+sorted: a greedy that, at each step, scores the candidate with the parts kept so far plus each
+part still in question (the marginal gain of adding it to the current hybrid) and keeps the best,
+until every blamed row passes (its far drift within its threshold and its other checks, accuracy
+among them), the parts in question run out or the search's budget of hybrids ends. The parts in
+question are the changed ones with a positive restore *or* damage share: a part whose damage the
+others' cancels restores nothing alone (its single restore share may be negative) and is only
+seen with them. Once the rows pass, each part kept before the last is tried without (the others
+may have made it needless). The combined hybrid is then run through the gate on the whole
+selection (the verification: PASS or FAIL as the gate would say).
+
+With enough changed parts, each side's residual stream is kept at the layer boundaries on the
+blamed items (``Scorer.record``), and every hybrid on them starts from the boundary below its first
+changed part (transformers only: ``backends.parts.Boundaries``); the figures are the same bit for bit.
 
 The flow is the same for every backend: it asks a ``backends.parts.Pair`` for the parts, their
 cost, a backend reading each hybrid, and the recipe of the fix set (transformers: state-dict
@@ -24,7 +33,7 @@ surgery on the loaded models; llama.cpp: GGUF files written with the parts copie
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend, describe
@@ -42,6 +51,9 @@ from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
 RESTORE, DAMAGE = "restore", "damage"
 DISAGREE = 0.25  # restore and damage shares further apart than this are said to differ (parts interact)
+FIX_WIDTH = 8  # the fix set search's candidates per step (after the first): the leading parts not kept, by their larger share
+FIX_BUDGET = 32  # the hybrids the fix set search may score by default (its steps and the pruning after)
+REUSE_FROM = 4  # changed parts from which the two scorings that record the layer boundaries pay for themselves
 
 
 @dataclass(frozen=True)
@@ -90,13 +102,17 @@ class Blame:
     candidate: dict[str, RowState] = field(default_factory=dict)
     parts: list[PartBlame] = field(default_factory=list)  # ranked by restore share, largest first
     fix_set: list[str] = field(default_factory=list)
-    fix_steps: list[dict[str, RowState]] = field(default_factory=list)  # the rows after each part added
+    fix_steps: list[dict[str, RowState]] = field(default_factory=list)  # the rows after each part added or dropped
+    fix_moves: list[str] = field(default_factory=list)  # '+ part (best of N)', then '- part' or 'without part: fails'
+    fix_hybrids: int = 0  # the hybrids the fix set search scored (its first step reads the parts' own restore hybrids)
     fixed: bool = False  # every blamed row passes with the fix set
     fix_cost: Cost | None = None
     recipe: list[str] = field(default_factory=list)  # how to make the fix set with the backend's own tools
+    recipe_tool: str = ""  # whose: "llama.cpp" (a llama-quantize command) or "llm-compressor" (a recipe in YAML)
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
     hybrids: int = 0  # the models scored on the blamed rows' items (parts, fix set steps, the original once if needed)
+    reuse: dict[str, int] | None = None  # token-layers on the items: all hybrids' ("items"), skipped from the boundaries
 
     def restore_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
         before, after = getattr(self.candidate[row], figure), getattr(part.restore[row], figure)
@@ -109,6 +125,18 @@ class Blame:
         """The part's rank: its mean restore share of far drift over the blamed rows."""
         shares = [s for s in (self.restore_share(part, row) for row in self.rows) if s is not None]
         return sum(shares) / len(shares) if shares else 0.0
+
+    def prior(self, part: PartBlame) -> float:
+        """How much the part may matter to the fix set: the larger of its mean restore and damage shares."""
+        damaged = [s for s in (self.damage_share(part, row) for row in self.rows) if s is not None]
+        return max(self.score(part), sum(damaged) / len(damaged) if damaged else 0.0)
+
+    def gain(self, states: Mapping[str, RowState]) -> tuple[int, float]:
+        """How good a hybrid is for the fix set: its blamed rows that pass, then its mean restore share of far drift."""
+        shares = [_share(None if self.candidate[row].far is None or states[row].far is None
+                         else self.candidate[row].far - states[row].far, self.candidate[row].far) for row in self.rows]
+        known = [s for s in shares if s is not None]
+        return sum(states[row].passed for row in self.rows), sum(known) / len(known) if known else 0.0
 
     def differ(self, part: PartBlame, row: str) -> bool:
         """Restore and damage tell different stories: the part interacts with the others."""
@@ -131,8 +159,10 @@ class Blame:
                                         "differ": self.differ(p, row)} for row in self.rows}}
                       for n, p in enumerate(self.parts)],
             "fix_set": {"parts": self.fix_set, "fixed": self.fixed, "steps": [state(s) for s in self.fix_steps],
-                        "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe},
-            "verification": self.verification, "hybrids": self.hybrids,
+                        "moves": self.fix_moves, "hybrids": self.fix_hybrids,
+                        "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe,
+                        "recipe_tool": self.recipe_tool},
+            "verification": self.verification, "hybrids": self.hybrids, "reuse": self.reuse,
         }
 
 
@@ -164,6 +194,7 @@ class Scorer:
         self.items = Dataset(source="", configs={})  # the blamed rows' items
         self.items_sets: dict = {}  # the baseline's sets on them
         self.runs = 0
+        self.reuse = False  # the pair starts the items' hybrids from its recorded boundaries
 
     def blamed(self, rows: Sequence[str], items: Dataset) -> None:
         self.rows, self.items, self.items_sets = list(rows), items, self.baseline_sets(items)
@@ -171,14 +202,33 @@ class Scorer:
     def __call__(self, base: str, taken: Sequence[Part], label: str) -> dict[str, RowState]:
         """The blamed rows with ``base`` (ORIGINAL or CANDIDATE) holding ``taken`` from the other side."""
         self.runs += 1
-        _, _, evaluation = self.gated(base, taken, label, self.items, f"blame {label}", self.items_sets)
+        _, _, evaluation = self.gated(base, taken, label, self.items, f"blame {label}", self.items_sets, self.reuse)
         return row_states(evaluation, self.rows)
 
+    def record(self, every: int = 1) -> dict[str, RowState] | None:
+        """Score each side on the blamed items while the pair records its residual stream at layer boundaries,
+        so that later hybrids start from them (transformers only: ``StateDictPair.recording``); the
+        original's rows, or None where the pair cannot."""
+        recording, able = getattr(self.pair, "recording", None), getattr(self.pair, "can_reuse", lambda: False)
+        if recording is None or not able():
+            return None
+        found, reading = {}, self.reading
+        self.reading = replace(reading, cache_dir="off")  # the score cache would answer without a forward pass to record
+        try:
+            for side in (CANDIDATE, ORIGINAL):
+                with recording(side, every):
+                    found[side] = self(side, [], f"the {side}, its layer boundaries kept")
+        finally:
+            self.reading = reading
+        self.reuse = True
+        return found[ORIGINAL]
+
     def gated(self, base: str, taken: Sequence[Part], label: str, dataset: Dataset, shown: str,
-              baseline_sets: dict | None = None) -> tuple[ScoresFile, dict, Evaluation]:
+              baseline_sets: dict | None = None, reuse: bool = False) -> tuple[ScoresFile, dict, Evaluation]:
         """The hybrid's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation
-        (``baseline_sets``: the baseline's on ``dataset``, where known)."""
-        with self.pair.hybrid(base, taken, label) as backend:
+        (``baseline_sets``: the baseline's on ``dataset``, where known; ``reuse``: ``dataset`` is the blamed
+        items, whose boundaries the pair may hold)."""
+        with self.pair.hybrid(base, taken, label, reuse=reuse) as backend:
             scores = score_items(backend, self.pair.tokenizer, dataset, self.baseline.mode, self.reading.factory(shown),
                                  cache=self.reading.cache(backend, taken), beyond_context=self.reading.beyond_context,
                                  reference=self.baseline)
@@ -238,11 +288,14 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
 def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thresholds: Thresholds | None = None,
                granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
                verify: bool = True, progress: bool = True, beyond_context: bool = False, cache_dir: str | None = "off",
-               ) -> Blame:
+               fix_budget: int = FIX_BUDGET, reuse: bool | None = None, reuse_every: int = 1) -> Blame:
     """Blame the parts of the pair's candidate for its failing rows against the original's
     ``baseline`` (None: the original is scored on ``dataset`` first), reading the models as
     ``Reading`` says (the candidate's answers from the score cache in ``cache_dir`` where a gate
-    run left them)."""
+    run left them); the fix set search scores at most ``fix_budget`` hybrids. ``reuse`` (None: with
+    ``REUSE_FROM`` changed parts or more): where the pair can (transformers), each side's residual stream
+    is kept at every ``reuse_every``-th layer boundary on the blamed items, and each hybrid on them starts
+    from the boundary below its first changed part."""
     thresholds = thresholds or Thresholds()
     reading = Reading(beyond_context, cache_dir, progress)
     names, tokenizer = pair.names, pair.tokenizer
@@ -270,45 +323,95 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     scorer.blamed(found.rows, _rows_items(dataset, evaluation, found.rows))
     found.parts = [PartBlame(part, pair.cost([part]), unchanged=pair.unchanged(part)) for part in chosen]
     changed = [entry for entry in found.parts if not entry.unchanged]
-    for direction, base in ((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL)):
-        for entry in changed:
-            label = f"{scorer.runs + 1}/{2 * len(changed)} {direction} {entry.part.name}"
+    original = scorer.record(reuse_every) if (len(changed) >= REUSE_FROM if reuse is None else reuse) else None
+    for turn, (direction, base) in enumerate(((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL))):
+        for n, entry in enumerate(changed):
+            label = f"{turn * len(changed) + n + 1}/{2 * len(changed)} {direction} {entry.part.name}"
             getattr(entry, direction).update(scorer(base, [entry.part], label))
     if len(changed) < len(found.parts):  # restoring such a part reads as the candidate, damaging with it as the original
-        original = scorer(ORIGINAL, [], "the original, for the parts the compression left unchanged")
+        original = original or scorer(ORIGINAL, [], "the original, for the parts the compression left unchanged")
         for entry in found.parts:
             if entry.unchanged:
                 entry.restore.update(found.candidate)
                 entry.damage.update(original)
     found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
-    _fix(found, scorer, dataset, verify, every_part=parts is None)
+    _fix(found, scorer, dataset, verify, every_part=parts is None, budget=fix_budget)
     found.hybrids = scorer.runs
+    if scorer.reuse:
+        figures = scorer.pair.reuse_figures()
+        found.reuse = {**figures, "every": reuse_every, "items": scorer.runs * figures["scoring"]}
     return found
 
 
-def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_part: bool) -> None:
-    """The greedy fix set, its cost and recipe, and (``verify``) its gate run on the whole selection."""
-    states = found.candidate
-    kept: list[Part] = []
-    for entry in found.parts:
-        if all(s.passed for s in states.values()) or found.score(entry) <= 0:  # a part that restores nothing is no fix
-            break
-        kept.append(entry.part)
-        found.fix_set.append(entry.part.name)
-        # the first step is the part's own restore hybrid, scored already
-        states = entry.restore if len(kept) == 1 else scorer(CANDIDATE, kept, f"fix set {len(found.fix_set)}: + {entry.part.name}")
-        found.fix_steps.append(states)
+def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_part: bool, budget: int) -> None:
+    """The fix set (``_search``), its cost and recipe, and (``verify``) its gate run on the whole selection."""
+    kept, left = _search(found, scorer, budget)
+    states = found.fix_steps[-1] if found.fix_steps else found.candidate
     found.fixed = all(s.passed for s in states.values())
     elsewhere = "in how the parts interact" if every_part else "in parts not measured (--parts) or in how the parts interact"
     if not found.fix_set:
-        found.notes.append(f"no part measured restores any of the far drift: the damage lies {elsewhere}")
+        found.notes.append(f"no part measured restores or causes any of the far drift: the damage lies {elsewhere}")
+    elif not found.fixed and left:
+        found.notes.append(f"the fix set search spent its budget of {budget} hybrids with a blamed row still failing "
+                           f"({len(found.fix_set)} parts kept, {left} in question not tried with them): a larger budget "
+                           "(--fix-budget) may find more")
     elif not found.fixed:
-        found.notes.append(f"with every part that restores any far drift kept ({len(found.fix_set)} of {len(found.parts)} "
-                           f"measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
+        found.notes.append(f"with every part that restores or causes any far drift kept ({len(found.fix_set)} of "
+                           f"{len(found.parts)} measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
     found.fix_cost = scorer.pair.cost(kept)
     found.recipe = scorer.pair.recipe(kept) if kept else []
+    found.recipe_tool = scorer.pair.recipe_tool if found.recipe else ""
     if verify and found.fix_set:
         found.verification = _verify(kept, scorer, dataset)
+
+
+def _search(found: Blame, scorer: Scorer, budget: int) -> tuple[list[Part], int]:
+    """The greedy fix set: each step adds, of the parts in question not kept yet, the one whose hybrid
+    with the parts kept is best (``Blame.gain``), until every blamed row passes, the parts in question
+    run out or ``budget`` hybrids are spent; then each part kept before the last is dropped where the
+    rest still pass. The first step reads the parts' own restore hybrids, scored already; returns the
+    parts kept and how many parts in question were left untried."""
+    # in question: changed parts that restore or cause some far drift, the one that matters most first
+    pool = sorted((p for p in found.parts if not p.unchanged and found.prior(p) > 0), key=lambda p: -found.prior(p))
+    kept: list[PartBlame] = []
+    states, spent = found.candidate, 0
+
+    def passing(found_states: Mapping[str, RowState]) -> bool:
+        return all(s.passed for s in found_states.values())
+
+    while pool and not passing(states) and (not kept or spent < budget):
+        if kept:
+            tried = pool[:min(FIX_WIDTH, budget - spent)]
+            scored = []
+            for n, entry in enumerate(tried):
+                label = f"fix set step {len(kept) + 1}: + {entry.part.name} ({n + 1}/{len(tried)})"
+                scored.append((entry, scorer(CANDIDATE, [p.part for p in kept] + [entry.part], label)))
+                spent += 1
+                if passing(scored[-1][1]):
+                    break  # nothing beats a pass: the search stops here
+        else:
+            tried = pool
+            scored = [(entry, entry.restore) for entry in pool]  # the parts' own restore hybrids
+        best, states = max(scored, key=lambda found_entry: found.gain(found_entry[1]))  # the first of equals
+        kept.append(best)
+        pool.remove(best)
+        found.fix_steps.append(states)
+        found.fix_moves.append(f"+ {best.part.name} (best of {len(scored)})")
+    if passing(states):
+        for entry in list(kept[:-1]):  # the last one made them pass; an earlier one may be needless with it
+            if spent >= budget:
+                found.notes.append(f"the fix set search spent its budget of {budget} hybrids before trying each part "
+                                   "without the others: it may hold a part they make needless (--fix-budget)")
+                break
+            rest = [p.part for p in kept if p is not entry]
+            trial = scorer(CANDIDATE, rest, f"fix set: without {entry.part.name}")
+            spent += 1
+            if passing(trial):
+                kept.remove(entry)
+                found.fix_steps.append(trial)
+            found.fix_moves.append(f"- {entry.part.name}" if passing(trial) else f"without {entry.part.name}: fails")
+    found.fix_set, found.fix_hybrids = [p.part.name for p in kept], spent
+    return [p.part for p in kept], 0 if passing(states) else len(pool)
 
 
 def _verify(kept: Sequence[Part], scorer: Scorer, dataset: Dataset) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import pytest
 
+from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
 from pytest_longctx.backends.parts import Pair
@@ -198,13 +199,18 @@ class BlameAfterGate:
 
 def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
     """The plugin that follows a model gate's summary; None where it has nothing to blame (updating
-    the baseline, a backend blame makes no hybrids for). ``--longctx-blame`` where it cannot run: one line."""
+    the baseline, a backend blame makes no hybrids for, a KV-cache press or quantized KV cache). ``--longctx-blame`` where
+    it cannot run: one line."""
     options = run.options
-    if options.update_baseline or options.backend not in PAIR_BACKENDS:
+    kv_cache = backend_options(options.backend_options).get("kv-cache") if options.backend == "hf" else None
+    context = (f"--longctx-kv-press {options.kv_press}" if options.kv_press
+               else f"--longctx-backend-option kv-cache={kv_cache}" if kv_cache else None)
+    if options.update_baseline or options.backend not in PAIR_BACKENDS or context:
         if config.getoption("longctx_blame"):
             why = ("this run makes the baseline: there is nothing to compare, so nothing to blame" if options.update_baseline
                    else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(PAIR_BACKENDS)}), "
-                        f"not --longctx-backend {options.backend}")
+                        f"not --longctx-backend {options.backend}" if options.backend not in PAIR_BACKENDS
+                   else f"it blames the parts of a model's weights, and {context} changes its KV cache, not its weights")
             raise LongctxError(f"--longctx-blame: {why}; leave it out")
         return None
     found = BlameAfterGate(run, config)

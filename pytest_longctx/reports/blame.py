@@ -16,7 +16,13 @@ from pytest_longctx.reports.tables import Section
 
 HEADERS = ["rank", "part", "restore: far drift", "share", "excess share", "damage: far drift", "share", "params", ""]
 BARS = 40  # the parts a row's chart shows at most (its table shows them all)
-RECIPE = "the fix set, made from the original by llama.cpp's quantizer:"  # a pair's recipe (only llama.cpp has one)
+# a pair's recipe by its tool (Blame.recipe_tool): the line before it, and the language its lines are in
+RECIPES = {"llama.cpp": ("the fix set, made from the original by llama.cpp's quantizer:", "sh"),
+           "llm-compressor": ("the fix set, made from the original by llm-compressor with this recipe:", "yaml")}
+
+
+def _recipe(found: Any) -> tuple[str, str]:
+    return RECIPES[found.recipe_tool]
 
 
 def _n(value: float | None) -> str:
@@ -76,6 +82,8 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
         spent, after = found.fix_cost, found.fix_steps[-1]
         state = "passes" if found.fixed else "does NOT make every blamed row pass"
         details = [f"{row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
+        if found.fix_moves:
+            details.append(f"searched: {', '.join(found.fix_moves)} ({found.fix_hybrids} hybrids beside the parts' own)")
         details.append(f"cost: {_count(spent.parameters)} parameters, held in the hybrids measured at {spent.precision}; "
                        f"{_bytes(spent.original_bytes)} at the original's precision, {_bytes(spent.candidate_bytes)} at the "
                        "candidate's")
@@ -100,7 +108,7 @@ def blame_text(found: Any) -> str:
     for line, details in outcome(found):
         lines += [line, *(f"  {detail}" for detail in details)]
     if found.recipe:
-        lines += ["", RECIPE, *found.recipe]
+        lines += ["", _recipe(found)[0], *found.recipe]
     return "\n".join(visible(line, keep="\n") for line in lines)
 
 
@@ -117,7 +125,8 @@ def blame_markdown(found: Any, level: int = 2) -> str:
     for line, details in done:
         lines += [f"- {cell(line)}", *(f"  - {cell(detail)}" for detail in details)]
     if found.recipe:
-        lines += ["", cell(RECIPE), "", fenced("\n".join(found.recipe), "sh")]
+        title, language = _recipe(found)
+        lines += ["", cell(title), "", fenced("\n".join(found.recipe), language)]
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +156,7 @@ def blame_sections(found: Any) -> list[str]:
                   for n, e in enumerate(row_tables(found))]
         parts.append(html_section("blame", "Parts ranked by the far drift restoring them removes", _chart(found), *tables))
     done = outcome(found)
-    recipe = f"<p>{html_text(RECIPE)}</p><pre>{html_text(NL.join(found.recipe), keep=NL)}</pre>" if found.recipe else ""
+    recipe = f"<p>{html_text(_recipe(found)[0])}</p><pre>{html_text(NL.join(found.recipe), keep=NL)}</pre>" if found.recipe else ""
     if done:
         parts.append(html_section("fix-set", "Fix set", _list(done), recipe))
     return parts

@@ -160,7 +160,9 @@ class GGUFPair:
                    for n in part.parameters)
 
     @contextmanager
-    def hybrid(self, base: str, taken: Sequence[Part], label: str) -> Iterator[Any]:
+    def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Any]:
+        # reuse: nothing to start from; llama.cpp runs every hybrid from the token ids (its API takes a batch of
+        # tokens or input embeddings, never a layer's residual stream)
         other = CANDIDATE if base == ORIGINAL else ORIGINAL
         settings = self.settings[base]
         if any(p.name == KV_CACHE for p in taken):
@@ -179,6 +181,8 @@ class GGUFPair:
             write_hybrid(self.files[base], self.files[other], tensors, path)
             with closing(LlamaCppBackend.load(str(path), settings, name=label)) as backend:
                 yield backend  # freed before its folder is removed, so the file's blocks go back to the disk
+
+    recipe_tool = "llama.cpp"
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """The ``llama-quantize`` command that makes the candidate with ``kept`` at the original's
