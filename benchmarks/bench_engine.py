@@ -89,9 +89,10 @@ def naive_run(backend: Any, plans: list) -> int:
     return forwarded
 
 
-class CountingSession:
-    """A ``ReadSession`` that forwards to another and counts the tokens it runs: written
-    against the protocol's own signatures, so a change of them fails here at once."""
+class CountingSession(ReadSession):
+    """A ``ReadSession`` that forwards to another and counts the tokens it runs: a subclass of
+    the protocol, written against its signatures, so a change of them fails a type check here
+    and the smoke run (tests/test_benchmarks.py) at once."""
 
     def __init__(self, inner: ReadSession, forwarded: list[int]):
         self.inner = inner

@@ -39,6 +39,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pytest_longctx.backends.base import Backend, ReadResult
+
 # Rows of the Qwen3.5 checkpoints' embedding and LM head: every id of the Qwen3.5
 # tokenizer (the ids the builtin data stores) is below it.
 QWEN35_VOCAB = 248320
@@ -112,10 +114,11 @@ class Counter:
         self.flops += 4.0 * self.attention * (new * past + new * (new + 1) / 2)
 
 
-class PlainForward:
-    """A backend that reads as lm-evaluation-harness's ``loglikelihood`` does: the whole
-    sequence through ``model(ids).logits``, a log-softmax over every position in the logits'
-    dtype, then the positions asked for."""
+class PlainForward(Backend):
+    """A backend (a subclass of the package's ``Backend`` protocol) that reads as
+    lm-evaluation-harness's ``loglikelihood`` does: the whole sequence through
+    ``model(ids).logits``, a log-softmax over every position in the logits' dtype, then the
+    positions asked for."""
 
     def __init__(self, model: Any):
         self.model = model
@@ -123,8 +126,6 @@ class PlainForward:
 
     def read(self, ids: Sequence[int], positions: Sequence[int], tokens: Sequence[Sequence[int]], top_k: int = 0):
         import torch
-
-        from pytest_longctx.backends.base import ReadResult
 
         with torch.inference_mode():
             input_ids = torch.tensor(np.asarray(ids, dtype=np.int64), device=self.device)[None]  # [1, seq]

@@ -173,6 +173,7 @@ def summary_rows(name: str, reads: list[tuple[str, str, dict[str, Any]]], ks: li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="builtin", help="'builtin' or a benchmark folder (then --baseline: one of its items)")
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=2, help="first N items of each config (the baseline covers 8)")
     parser.add_argument("--sets", default="facts,tool_calls")
@@ -188,7 +189,7 @@ def main() -> None:
     started = time.monotonic()
     ks = sorted(int(k) for k in comma_list(args.ks))
     model, tokenizer = load_pretrained(resolve_model("smollm2-135m"), dtype="float32", device="cpu")
-    dataset = load_dataset("builtin", sets=comma_list(args.sets), lengths=comma_list(args.lengths), limit=args.limit)
+    dataset = load_dataset(args.data, sets=comma_list(args.sets), lengths=comma_list(args.lengths), limit=args.limit)
     plans = plan_reads(dataset, choose_mode("auto", tokenizer, dataset), tokenizer)
     base = load_scores(args.baseline, "baseline")
     bases = [log_probs(model, plan) for plan in plans]
@@ -210,7 +211,7 @@ def main() -> None:
             theirs = [v for item in gate_kl16(candidate, tokenizer, dataset, base) for v in item]
             gaps = [abs(a - b) / max(abs(b), 1e-3) for a, b in zip(ours, theirs) if math.isfinite(a) and math.isfinite(b)]
             checks.append(f"{name}: the gate's KL_{STORED_K} per read within {max(gaps):.1e} (relative) of this script's")
-    print(f"SmolLM2 (smollm2-135m, float32) against its variants; builtin {args.sets} at {args.lengths}, first {args.limit} "
+    print(f"SmolLM2 (smollm2-135m, float32) against its variants; {args.data} {args.sets} at {args.lengths}, first {args.limit} "
           f"items each: {len(plans)} items, {total} reads. Per K: mean KL_K / (KL_K / KL) / baseline mass on the K ids")
     print(table(["candidate: config group", "reads", "full KL", *(f"K = {k}" for k in ks)], body))
     sizes = {k: block_bytes(plans, bases, k) for k in ks}

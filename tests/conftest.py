@@ -88,14 +88,15 @@ def qwen_tokenizer(_private_cache):
     return qwen35_tokenizer()
 
 
-def tiny_qwen3(vocab_size: int, seed: int = 0, layers: int = 2, init: float = 0.2):
-    """A randomly initialised qwen3 model small enough to run anywhere in milliseconds."""
+def tiny_qwen3(vocab_size: int, seed: int = 0, layers: int = 2, init: float = 0.2, width: int = 32):
+    """A randomly initialised qwen3 model small enough to run anywhere in milliseconds (``width`` 64 for
+    a library whose blocks of 64 weights must fit in a layer's input)."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     config = Qwen3Config(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=65536,
+        vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=width // 4, max_position_embeddings=65536,
         initializer_range=init, tie_word_embeddings=False,
     )
     torch.manual_seed(seed)

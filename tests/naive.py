@@ -5,23 +5,27 @@ the raw rows (dicts as written to the files), no code shared with the package.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 
-_MEMO: dict[tuple, list[tuple[int, float]]] = {}
+# (id of the model, ids, requests) -> (a weak reference to that model, its reads). The reference
+# tells a live model from a later one at the same address: a freed model's id is reused, and a
+# memo keyed on the id alone answered a new model with an old one's reads.
+_MEMO: dict[tuple, tuple[weakref.ref, list[tuple[int, float]]]] = {}
 
 
 def reads(model: Any, ids: list[int], requests: list[tuple[int, int]]) -> list[tuple[int, float]]:
     """(argmax, log p(token)) at each (position, token), from one full forward pass with a
-    full-vocabulary log-softmax. Memoised: the rules items repeat texts and requests."""
+    full-vocabulary log-softmax. Memoised per live model: the rules items repeat texts and requests."""
     key = (id(model), tuple(int(i) for i in ids), tuple(requests))
-    if key not in _MEMO:
+    if key not in _MEMO or _MEMO[key][0]() is not model:
         with torch.no_grad():
             logits = model(torch.tensor([list(key[1])])).logits[0]  # [seq, vocab]
         lp = torch.log_softmax(logits.float(), dim=-1)
-        _MEMO[key] = [(int(lp[p].argmax()), lp[p, t].item()) for p, t in requests]
-    return _MEMO[key]
+        _MEMO[key] = (weakref.ref(model), [(int(lp[p].argmax()), lp[p, t].item()) for p, t in requests])
+    return _MEMO[key][1]
 
 
 def _text_ids_and_starts(tokenizer: Any, text: str) -> tuple[list[int], dict[int, int]]:
