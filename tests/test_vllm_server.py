@@ -118,7 +118,12 @@ def serve(standin: StandIn) -> tuple[str, ThreadingHTTPServer]:
             else:
                 self.reply(404, {"error": {"message": "not found"}})
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        # the client opens up to 16 connections at once (concurrency); with the default listen
+        # backlog of 5, an accept loop that falls behind on loaded cores has the kernel reset the rest
+        request_queue_size = 64
+
+    httpd = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_address[1]}/v1", httpd
 
