@@ -12,7 +12,8 @@ import torch
 from conftest import tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.backends.parts import CANDIDATE, Hybrid, StateDictPair, check_compatible, model_parts, select_parts
+from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+from pytest_longctx.backends.hybrids.transformers import Hybrid, StateDictPair, check_compatible, model_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError

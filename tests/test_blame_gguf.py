@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 from conftest import needs, needs_smollm2
 
-from pytest_longctx.backends.llama_cpp import hybrids
+from pytest_longctx.backends.hybrids import gguf as gguf_hybrids
+from pytest_longctx.backends.hybrids.gguf import GGUFFile, GGUFPair, gguf_parts, write_hybrid
+from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, select_parts
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
-from pytest_longctx.backends.llama_cpp.hybrids import GGUFFile, GGUFPair, gguf_parts, write_hybrid
 from pytest_longctx.backends.llama_cpp.quantize import quantize
 from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
 from pytest_longctx.backends.llama_cpp.settings import Settings
-from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, select_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
@@ -317,7 +317,7 @@ def test_bad_input_is_one_line(files, vocab, tmp_path):
 def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(files, pair, data_dir, tmp_path, capsys,
                                                                              monkeypatch):
     written: list[Path] = []
-    monkeypatch.setattr(hybrids, "write_hybrid", lambda *args: written.append(args[-1]) or write_hybrid(*args))
+    monkeypatch.setattr(gguf_hybrids, "write_hybrid", lambda *args: written.append(args[-1]) or write_hybrid(*args))
     original = LlamaCppBackend.load(str(files[0]), SETTINGS)
     baseline = score_sets(original, original.tokenizer, load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1),
                           progress=False)
@@ -404,9 +404,9 @@ def test_a_hybrid_is_freed_and_unmapped_when_read_without_the_garbage_collector(
 
 SIGTERM_WHILE_READING = """
 import sys, time
-from pytest_longctx.backends.llama_cpp.hybrids import GGUFPair
+from pytest_longctx.backends.hybrids.gguf import GGUFPair
 from pytest_longctx.backends.llama_cpp.settings import Settings
-from pytest_longctx.backends.parts import CANDIDATE
+from pytest_longctx.backends.hybrids.parts import CANDIDATE
 
 original, candidate, work = sys.argv[1:]
 pair = GGUFPair(original, candidate, (Settings(threads=1), Settings(threads=1)), work_dir=work)

@@ -118,7 +118,7 @@ def test_comparing_and_the_threshold_flags_need_neither_blame_nor_its_hybrids() 
         if module not in needed:
             needed.add(module)
             todo.extend(graph[module])
-    blame = ("pytest_longctx.gate.blame", "pytest_longctx.backends.parts", "pytest_longctx.backends.pairs",
+    blame = ("pytest_longctx.gate.blame", "pytest_longctx.backends.hybrids",
              "pytest_longctx.backends.llama_cpp")
     assert sorted(m for m in needed if m.startswith(blame)) == []
 

@@ -242,7 +242,7 @@ def test_a_recipe_names_its_methods_in_order_and_nothing_is_said_without_one(tmp
 
 
 def fix_set_pair(made: Path, kind: str) -> Any:
-    from pytest_longctx.backends.parts import StateDictPair
+    from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     original, candidate = (TransformersBackend.load(str(made / k), dtype="float32", device="cpu") for k in ("float", kind))
     return StateDictPair(original.model, candidate.model, None, (str(made / "float"), str(made / kind)))
@@ -307,7 +307,7 @@ def test_blames_recipe_made_by_llm_compressor_computes_what_the_fix_set_hybrid_d
 
     import torch
 
-    from pytest_longctx.backends.parts import CANDIDATE, select_parts
+    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
 
     python = os.environ.get("LONGCTX_LLMCOMPRESSOR_PYTHON")
     skip_unless(None if python else "LONGCTX_LLMCOMPRESSOR_PYTHON is not set",

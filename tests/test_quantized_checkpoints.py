@@ -314,7 +314,7 @@ def test_blame_swaps_every_part_of_a_checkpoint_it_can_split_and_refuses_one_it_
     candidate reads as the candidate, and the candidate given every part back as the float model. A library
     that runs its layers on the integers it stores (bitsandbytes' packed nf4 and int8, torchao's int8 tensors)
     does not, and blame says so in one line naming the first such tensor."""
-    from pytest_longctx.backends.parts import StateDictPair
+    from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     candidate = loaded(kind)

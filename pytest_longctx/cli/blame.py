@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
-from pytest_longctx.backends.parts import GRANULARITIES, Pair
+from pytest_longctx.backends.hybrids.pairs import PAIR_BACKENDS, load_models
+from pytest_longctx.backends.hybrids.parts import GRANULARITIES, Pair
 from pytest_longctx.cli.args import add_context_argument, add_loading_arguments, add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError

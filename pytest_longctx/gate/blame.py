@@ -25,10 +25,11 @@ selection (the verification: PASS or FAIL as the gate would say).
 
 With enough changed parts, each side's residual stream is kept at the layer boundaries on the
 blamed items (``Scorer.record``), and every hybrid on them starts from the boundary below its first
-changed part (transformers only: ``backends.parts.Boundaries``); the figures are the same bit for bit.
+changed part (transformers only: ``backends.hybrids.transformers.Boundaries``); the figures are the
+same bit for bit.
 
-The flow is the same for every backend: it asks a ``backends.parts.Pair`` for the parts, their
-cost, a backend reading each hybrid, and the recipe of the fix set (transformers: state-dict
+The flow is the same for every backend: it asks a ``backends.hybrids.parts.Pair`` for the parts,
+their cost, a backend reading each hybrid, and the recipe of the fix set (transformers: state-dict
 surgery on the loaded models; llama.cpp: GGUF files written with the parts copied over).
 """
 from __future__ import annotations
@@ -37,7 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend, describe
-from pytest_longctx.backends.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, StateDictPair, select_parts
+from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, select_parts
+from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.losses import losses

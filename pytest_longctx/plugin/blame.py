@@ -20,8 +20,8 @@ import pytest
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import is_model_name
-from pytest_longctx.backends.pairs import PAIR_BACKENDS, load_models
-from pytest_longctx.backends.parts import Pair
+from pytest_longctx.backends.hybrids.pairs import PAIR_BACKENDS, load_models
+from pytest_longctx.backends.hybrids.parts import Pair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows

@@ -1,5 +1,5 @@
 """Hybrids of two GGUF files of one model, for ``longctx blame --backend llama.cpp``: the parts of
-a GGUF file, named as the transformers side names them (``backends/parts.py``), and a
+a GGUF file, named as ``parts.part_name`` names them, and a
 ``Pair`` whose hybrids are GGUF files written with the ``gguf`` package and read by llama.cpp.
 
 A hybrid holds every metadata key and every tensor of its base file, except the tensors of
@@ -24,19 +24,10 @@ import numpy as np
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import resolve_model
+from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Part, check_granularity, check_tensors, grouped, part_name
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend, checked_file
 from pytest_longctx.backends.llama_cpp.recipe import FULL_PRECISION, quantize_arguments
 from pytest_longctx.backends.llama_cpp.settings import Settings, parse_settings
-from pytest_longctx.backends.parts import (
-    CANDIDATE,
-    ORIGINAL,
-    Cost,
-    Part,
-    check_granularity,
-    check_tensors,
-    grouped,
-    part_name,
-)
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import temporary_folder
 
@@ -120,7 +111,7 @@ def write_hybrid(base: GGUFFile, source: GGUFFile, taken: set[str], target: Path
 
 class GGUFPair:
     """Two GGUF files of one model (checked: one architecture, the same tensor names and
-    shapes) as a ``backends.parts.Pair``, each run with its own llama.cpp settings."""
+    shapes) as a ``backends.hybrids.transformers.Pair``, each run with its own llama.cpp settings."""
 
     def __init__(self, original: str, candidate: str, settings: tuple[Settings, Settings], names: tuple[str, str] | None = None,
                  work_dir: str | None = None):

@@ -1,12 +1,13 @@
 """The pair ``longctx blame`` compares, as each backend it makes hybrids for loads it: two
-transformers checkpoints (``parts.StateDictPair``) or two GGUF files (``llama_cpp/hybrids.py``)."""
+transformers checkpoints (``transformers.StateDictPair``) or two GGUF files (``gguf.GGUFPair``)."""
 from __future__ import annotations
 
 from typing import Sequence
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.backends.llama_cpp.hybrids import load_pair
-from pytest_longctx.backends.parts import Pair, StateDictPair
+from pytest_longctx.backends.hybrids.gguf import load_pair
+from pytest_longctx.backends.hybrids.parts import Pair
+from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.errors import LongctxError
 
 PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for

@@ -1,44 +1,35 @@
-"""Parts of two models of one architecture and the hybrids between them: what ``longctx blame``
-restores (the candidate with some parts taken back from the original) and damages (the
-original with some parts taken from the candidate).
+"""Hybrids of two transformers checkpoints of one architecture (``StateDictPair``, a ``parts.Pair``):
+a hybrid is made in place, the parameters of its parts pointed at the other model's tensors (no
+copy; both models stay loaded, and nothing more), and put back afterwards.
 
-A part is a set of tensor names: a decoder layer (``layer.N``), within it its attention
-(``layer.N.attn``: q/k/v/o and their norms), its MLP (``layer.N.mlp``) and the rest of the
-layer (``layer.N.norms``: the norms around them), the input embeddings (``embed``), the LM
-head (``lm_head``; tied with the embeddings, it is the one part ``embed``) and what lies
-outside the layers (``final``: the final norm); at ``tensor`` granularity every tensor is
-its own part. The parts of a granularity cover every tensor exactly once, so a hybrid with
-every part taken from the other model computes what the other model computes. Both backends
-name parts so (``part_name``), whatever their tensors are called, so their reports read the
-same.
-
-``Pair`` is what blame asks of a backend: the parts, their cost, and a backend reading a
-hybrid. Here, the transformers one (``StateDictPair``): a hybrid is made in place, the
-parameters of the parts pointed at the other model's tensors (no copy; both models stay
-loaded, and nothing more), and put back afterwards. The llama.cpp one writes GGUF files
-(``llama_cpp/hybrids.py``).
-
-A transformers hybrid whose first changed part is decoder layer k computes layers 0..k-1 as
-its base does, so ``StateDictPair`` can keep each side's residual stream at the layer
-boundaries, recorded once per forward call while that side scores the blamed items
-(``recording``), and run a hybrid on the same items from the boundary at or below k
-(``Boundaries``): the layers below it are stand-ins that hand over the recorded stream, the
-rest run as always, so every logit is the one a whole forward pass computes.
+A hybrid whose first changed part is decoder layer k computes layers 0..k-1 as its base does, so
+``StateDictPair`` can keep each side's residual stream at the layer boundaries, recorded once per
+forward call while that side scores the blamed items (``recording``), and run a hybrid on the same
+items from the boundary at or below k (``Boundaries``): the layers below it are stand-ins that hand
+over the recorded stream, the rest run as always, so every logit is the one a whole forward pass
+computes.
 """
 from __future__ import annotations
 
 import re
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_longctx.backends import quantized
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.hf import TransformersBackend, quantization_config, recipe_file, rounds_activations
+from pytest_longctx.backends.hybrids.parts import (
+    CANDIDATE,
+    ORIGINAL,
+    Cost,
+    Part,
+    check_granularity,
+    check_tensors,
+    grouped,
+    part_name,
+)
 from pytest_longctx.errors import LongctxError
 
-GRANULARITIES = ("layer", "block", "tensor")
-ORIGINAL, CANDIDATE = "original", "candidate"  # the two sides of a pair, as Pair.hybrid names its base
 LAYER = re.compile(r"^(?P<stack>.*\.layers?|.*\.h|.*\.blocks)\.(?P<index>\d+)\.(?P<rest>.+)$")
 ATTENTION = ("self_attn.", "attention.", "attn.")
 # what compressed-tensors keeps beside a quantized layer's weight: its scales and shape (beside a floating-point
@@ -46,77 +37,6 @@ ATTENTION = ("self_attn.", "attention.", "attn.")
 QUANTIZATION_METADATA = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".weight_global_scale")
 PACKED = ".weight_packed"
 MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
-
-
-@dataclass(frozen=True)
-class Part:
-    """A named set of tensors of both models."""
-
-    name: str
-    parameters: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What keeping parts from the original costs: parameters, and bytes at each side's types; and the
-    precision the hybrids measured held them at."""
-
-    parameters: int
-    original_bytes: int
-    candidate_bytes: int
-    precision: str = "the original's types"  # a GGUF hybrid copies the original's blocks as its file stores them
-
-
-class Pair(Protocol):
-    """Two models of one architecture, as blame needs them from a backend."""
-
-    names: tuple[str, str]  # how the original and the candidate are named (--reference, --model)
-    tokenizer: Any  # the candidate's (None: ids mode only)
-
-    def parts(self, granularity: str) -> list[Part]:
-        """The parts at ``granularity``, in the model's order."""
-
-    def cost(self, parts: Iterable[Part]) -> Cost:
-        """What keeping ``parts`` from the original costs."""
-
-    def unchanged(self, part: Part) -> bool:
-        """The compression left ``part`` as it was: the same values, stored the same way, on both
-        sides (a hybrid taking it computes what its base computes)."""
-
-    def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> ContextManager[Backend]:
-        """A backend reading ``base`` (ORIGINAL or CANDIDATE) with ``taken`` from the other side,
-        named ``label``; the models are as they were again when the context ends. ``reuse``: it reads
-        the items ``base`` was recorded on, in the same calls, and may start from what was recorded."""
-
-    recipe_tool: str  # whose terms ``recipe`` is in: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe)
-
-    def recipe(self, kept: Sequence[Part]) -> list[str]:
-        """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),
-        in the tools' own terms (none where there is no such tool)."""
-
-
-def part_name(granularity: str, tensor: str, where: str | tuple[int, str]) -> str:
-    """The part ``tensor`` belongs to at ``granularity``: ``where`` is ``embed``, ``lm_head`` or
-    ``final``, or inside a layer ``(N, block)`` with block ``attn``, ``mlp`` or ``norms``."""
-    if granularity == "tensor":
-        return tensor
-    if isinstance(where, str):
-        return where
-    layer, block = where
-    return f"layer.{layer}" if granularity == "layer" else f"layer.{layer}.{block}"
-
-
-def check_granularity(granularity: str) -> None:
-    if granularity not in GRANULARITIES:
-        raise LongctxError(f"--granularity {granularity}: expected one of {', '.join(GRANULARITIES)}")
-
-
-def grouped(named: Iterable[tuple[str, str]]) -> list[Part]:
-    """(tensor, its part) pairs as parts, in the order their first tensors come."""
-    groups: dict[str, list[str]] = {}
-    for tensor, part in named:
-        groups.setdefault(part, []).append(tensor)
-    return [Part(name, tuple(tensors)) for name, tensors in groups.items()]
 
 
 def parameters(model: Any) -> dict[str, Any]:
@@ -157,41 +77,6 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
     embed = _names_of(model, model.get_input_embeddings())
     head = _names_of(model, model.get_output_embeddings()) - embed  # tied with the embeddings, it is the part embed
     return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in parameters(model))
-
-
-def select_parts(parts: Sequence[Part], names: Iterable[str] | None, granularity: str) -> list[Part]:
-    """The parts ``names`` names (``--parts``), in the model's order; all without names. An
-    unknown name is one line listing the parts there are."""
-    if names is None:
-        return list(parts)
-    by_name = {p.name: p for p in parts}
-    wanted = list(names)
-    unknown = [n for n in wanted if n not in by_name]
-    if unknown:
-        shown = ", ".join(p.name for p in parts[:8]) + (f", … ({len(parts)} in all)" if len(parts) > 8 else "")
-        raise LongctxError(f"--parts {unknown[0]}: no such part at --granularity {granularity}; the parts are {shown}")
-    return [p for p in parts if p.name in wanted]
-
-
-def _shape(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
-
-def check_tensors(original: Mapping[str, Sequence[int]], candidate: Mapping[str, Sequence[int]], original_name: str,
-                  candidate_name: str, what: str) -> None:
-    """The same tensor names and shapes on both sides (name -> shape); else one line saying
-    where they differ. ``what``: the kind of model blame takes, as the line names it."""
-    only_original = [n for n in original if n not in candidate]
-    only_candidate = [n for n in candidate if n not in original]
-    if only_original or only_candidate:
-        where, name = ("--reference", only_original[0]) if only_original else ("--model", only_candidate[0])
-        count = len(only_original) + len(only_candidate)
-        raise LongctxError(f"--reference {original_name} and --model {candidate_name}: their tensor names do not match "
-                           f"({count} differ; {name} is only in {where}): blame takes {what} of one architecture")
-    for name, shape in original.items():
-        if tuple(shape) != tuple(candidate[name]):
-            raise LongctxError(f"--reference {original_name} and --model {candidate_name}: {name} is {_shape(shape)} in "
-                               f"one and {_shape(candidate[name])} in the other: blame takes {what} of one shape")
 
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
