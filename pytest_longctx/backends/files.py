@@ -33,3 +33,21 @@ def folder_digest(folder: Path) -> str:
 def settings_digest(settings: dict[str, Any]) -> str:
     """sha256 of settings written as sorted JSON (a backend's ``config`` in ``describe()``)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def beside_weights(where: str, name: str) -> Path | None:
+    """The file ``name`` beside the weights of the model loaded from ``where``: in its folder, or for a hub
+    id in the local Hugging Face cache (nothing is downloaded for it); None where there is none."""
+    if not where:
+        return None
+    if Path(where).is_dir():
+        found = Path(where) / name
+        return found if found.is_file() else None
+    try:
+        from transformers.utils import cached_file
+
+        cached = cached_file(where, name, local_files_only=True, _raise_exceptions_for_missing_entries=False,
+                             _raise_exceptions_for_connection_errors=False)
+    except Exception:  # noqa: BLE001 - not a hub id, or no cache: the file is unknown, not an error
+        return None
+    return Path(cached) if cached else None

@@ -25,6 +25,7 @@ import numpy as np
 from pytest_longctx.backends import kv_caches, option_values, presses, quantized
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
+from pytest_longctx.backends.files import beside_weights
 from pytest_longctx.errors import LongctxError, first_line
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -593,7 +594,7 @@ def quantization_config(model: Any) -> dict[str, Any]:
 def stored_quantization(model: Any) -> dict[str, Any]:
     """The ``quantization_config`` the config.json beside the model's weights holds, as it was written
     (its library's ``version`` too, which transformers drops on load); empty without one."""
-    stored = beside_weights(model, "config.json")
+    stored = beside_weights(_source(model), "config.json")
     try:
         written = json.loads(stored.read_text(encoding="utf-8")).get("quantization_config") if stored else None
     except (OSError, ValueError, AttributeError):
@@ -603,26 +604,12 @@ def stored_quantization(model: Any) -> dict[str, Any]:
 
 def recipe_file(model: Any) -> Path | None:
     """The ``recipe.yaml`` llm-compressor saved beside the model's weights."""
-    return beside_weights(model, "recipe.yaml")
+    return beside_weights(_source(model), "recipe.yaml")
 
 
-def beside_weights(model: Any, name: str) -> Path | None:
-    """The file ``name`` beside the model's weights: in its folder, or for a hub id in the local Hugging
-    Face cache (nothing is downloaded for it); None where there is none."""
-    where = str(getattr(model.config, "_name_or_path", "") or "")
-    if not where:
-        return None
-    if Path(where).is_dir():
-        found = Path(where) / name
-        return found if found.is_file() else None
-    try:
-        from transformers.utils import cached_file
-
-        cached = cached_file(where, name, local_files_only=True, _raise_exceptions_for_missing_entries=False,
-                             _raise_exceptions_for_connection_errors=False)
-    except Exception:  # noqa: BLE001 - not a hub id, or no cache: the file is unknown, not an error
-        return None
-    return Path(cached) if cached else None
+def _source(model: Any) -> str:
+    """Where the model was loaded from (a folder or a hub id); empty where unknown."""
+    return str(getattr(model.config, "_name_or_path", "") or "")
 
 
 def rounds_activations(model: Any) -> bool:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_longctx.backends import quantized
 from pytest_longctx.backends.base import ReadResult, read_by_session
-from pytest_longctx.backends.files import folder_digest, settings_digest
+from pytest_longctx.backends.files import beside_weights, folder_digest, settings_digest
 from pytest_longctx.backends.vllm.options import ENGINE_DEFAULTS
 from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.session import VllmReadSession
@@ -137,6 +138,18 @@ class VllmBackend:
             self._digest = checkpoint_digest(str(self.model_config.model), self.model_config.revision)
         return self._digest
 
+    def quantization(self) -> str:
+        """What the checkpoint's own quantization is, in the words the transformers backend uses
+        (``compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token; round to
+        nearest, by llm-compressor``), from its stored config and the recipe beside its weights; vLLM
+        rounds the activations a scheme names. vLLM's method name where the checkpoint stores none."""
+        stored = getattr(self.model_config.hf_config, "quantization_config", None)
+        stored = stored if isinstance(stored, Mapping) else getattr(stored, "to_dict", dict)()
+        if not stored:
+            return str(self.model_config.quantization or "none")
+        recipe = beside_weights(str(self.model_config.model), "recipe.yaml")
+        return "; ".join(filter(None, (quantized.describe(stored), quantized.made_by(recipe, stored))))
+
     def describe(self) -> dict[str, Any]:
         """What makes the served model this model; ``config`` digests every setting here and
         vLLM's version, so that the score cache and a baseline tell two deployments apart."""
@@ -144,7 +157,8 @@ class VllmBackend:
         config, cache, parallel = self.model_config, engine.cache_config, engine.parallel_config
         settings = {
             "revision": config.revision or "",
-            "quantization": str(config.quantization or "none"),
+            "quantization": self.quantization(),
+            "quantization_method": str(config.quantization or "none"),  # vLLM's name for the kernels it runs
             "kv_cache": str(cache.cache_dtype),
             "block_size": int(cache.block_size),
             "tensor_parallel": int(parallel.tensor_parallel_size),
