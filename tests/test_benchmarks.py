@@ -109,6 +109,14 @@ def planted_rows(out: str, _: dict[str, Path]) -> None:
     assert len(re.findall(r"^found ", out, re.M)) == 3 and "MISSED" not in out, out
 
 
+def blame_rows(out: str, _: dict[str, Path]) -> None:
+    """Both searches ran, with the 8 parts measured (the group search from 8 changed parts), and the ratios are numbers."""
+    rows = {row["search"]: row for row in cells(out, "search")}
+    assert set(rows) == {"exhaustive", "groups"} and int(rows["groups"]["groups"]) >= 2, out
+    assert int(rows["exhaustive"]["models scored"]) >= 2 * 8, out  # every part both ways
+    assert re.search(r"^group search / exhaustive: token-layers \d+\.\d+, models \d+\.\d+, wall time \d+\.\d+$", out, re.M), out
+
+
 def split_rows(out: str, _: dict[str, Path]) -> None:
     """Without flash attention llama.cpp gives the same bits however the sequence is split."""
     off = [row for row in cells(out, "file") if row["flash attention"] == "off"]
@@ -215,6 +223,9 @@ SHAPES = [
     pytest.param(Shape("planted_blame.py", ("--only", "attn-int2-layer-12", "--granularity", "block", "--baseline",
                                             "{baseline}", *DATA, *TWO_K, "--sets", "tool_calls", "--out", "{variants}"),
                        planted_rows), marks=hf(), id="planted_blame"),
+    pytest.param(Shape("bench_blame.py", ("--baseline", "{baseline}", *DATA, *TWO_K, "--sets", "tool_calls", "--out", "{variants}",
+                                          "--parts", ",".join(f"layer.{k}" for k in (*range(4, 10), 20, 21))), blame_rows),
+                 marks=hf(), id="bench_blame"),
     pytest.param(Shape("split_invariance.py", (), split_rows), marks=LLAMA, id="split_invariance"),
     pytest.param(Shape("backend_agreement.py", (*DATA, *TWO_K, "--sets", "facts", "--variants", "{variants}"),
                        agreement_rows), marks=LLAMA, id="backend_agreement"),

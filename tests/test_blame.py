@@ -18,6 +18,7 @@ from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import blame
+from pytest_longctx.reports.blame import blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
 PLANTED = (1, 3)
@@ -231,24 +232,29 @@ def test_bad_input_is_one_line(original, qwen_tokenizer):
         select_parts(model_parts(original, "layer"), ["layer.1", "layer.9"], "layer")
 
 
-def cancelling(vocab_size: int, seed: int = 3):
+def with_biases(vocab_size: int, seed: int = 3, layers: int = 4):
+    """A tiny qwen3 whose attention projections have biases: a constant written into the residual stream."""
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_qwen3(vocab_size, seed=seed, layers=layers, init=0.5).config
+    config.attention_bias = True
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def cancelling(vocab_size: int, seed: int = 3, layers: int = 4):
     """An original whose residual channels 0 and 1 pass layer 1's MLP and layer 2's attention unread (their
     norms' weights are 0 there), and a candidate whose layer 1 writes a constant into those channels (the
     attention's output bias) that layer 2 half takes back: layer 1's damage hurts alone, and restoring
-    layer 2 alone makes it worse (the whole constant then reaches the later layers). Layer 3 is nudged by
-    a rounding-sized noise, a third part in question."""
-    from transformers import AutoModelForCausalLM
-
-    config = tiny_qwen3(vocab_size, seed=seed, layers=4, init=0.5).config
-    config.attention_bias = True
-    torch.manual_seed(seed)
-    original = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    layer 2 alone makes it worse (the whole constant then reaches the later layers). Every other layer
+    (3 and on, and 0 where there are more than 4) is nudged by a rounding-sized noise, parts in question too."""
+    original = with_biases(vocab_size, seed, layers)
     with torch.no_grad():
         original.model.layers[1].post_attention_layernorm.weight[:2] = 0
         original.model.layers[2].input_layernorm.weight[:2] = 0
-    written = torch.zeros(config.hidden_size)
+    written = torch.zeros(original.config.hidden_size)
     written[0], written[1] = 64.0, -44.8
-    candidate = damaged(original, layers=(3,), scale=1e-3)
+    candidate = damaged(original, layers=(3,) if layers == 4 else (0, *range(3, layers)), scale=1e-3)
     with torch.no_grad():
         candidate.model.layers[1].self_attn.o_proj.bias.add_(written)
         candidate.model.layers[2].self_attn.o_proj.bias.add_(-0.5 * written)
@@ -323,6 +329,9 @@ def test_a_fix_budget_that_is_no_count_of_hybrids_is_refused(budget, capsys):
     assert raised.value.code == 2
     assert f"--fix-budget: expected a whole number of hybrids, 1 or more: {budget!r}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        main(["blame", "--reference", "a", "--model", "b", "--budget", budget])
+    assert f"--budget: expected a whole number of hybrids, 1 or more: {budget!r}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         main(["blame", "--reference", "a", "--model", "b", "--boundary-every", "-1" if budget == "0" else budget])
     assert "--boundary-every: expected a whole number of layers, 0 or more" in capsys.readouterr().err
 
@@ -377,11 +386,17 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
 
 
 
+def twelve_layers(vocab_size: int):
+    """A 12-layer original and a candidate with every layer changed a little and layers 2 and 9 a lot."""
+    original = tiny_qwen3(vocab_size, seed=3, layers=12, init=0.5)
+    return original, damaged(damaged(original, layers=(2, 9)), layers=tuple(range(12)), scale=0.05)
+
+
 def test_twelve_changed_layers_read_the_same_from_the_boundaries_at_1_6x_fewer_token_layers(qwen_tokenizer, dataset):
-    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
-    candidate = damaged(damaged(original, layers=(2, 9)), layers=tuple(range(12)), scale=0.05)  # every layer changed
-    whole = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False)
-    reused = blame(original, candidate, None, dataset, None, progress=False, verify=False)  # 12 changed parts: reused
+    original, candidate = twelve_layers(len(qwen_tokenizer))
+    whole = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False, search="exhaustive")
+    # 12 changed parts: reused
+    reused = blame(original, candidate, None, dataset, None, progress=False, verify=False, search="exhaustive")
     mine, theirs = whole.to_json(), reused.to_json()
     for key in ("hybrids", "reuse"):
         mine.pop(key), theirs.pop(key)
@@ -390,3 +405,126 @@ def test_twelve_changed_layers_read_the_same_from_the_boundaries_at_1_6x_fewer_t
     today = whole.hybrids * tokens * 12  # every hybrid through every layer
     now = reused.reuse["items"] - reused.reuse["skipped"]
     assert reused.hybrids == whole.hybrids + 1 and today / now > 1.6
+
+
+def taken(base, other, layers):
+    """``base`` with ``layers`` taken from ``other``, made by hand."""
+    made = copy.deepcopy(base)
+    for k in layers:
+        made.model.layers[k].load_state_dict(other.model.layers[k].state_dict())
+    return made
+
+
+def layer_numbers(names):
+    return [int(name.split(".")[1]) for name in names]
+
+
+def test_the_group_search_finds_what_measuring_every_part_finds_at_fewer_hybrids(qwen_tokenizer, dataset):
+    original, candidate = twelve_layers(len(qwen_tokenizer))
+    baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
+    every = blame(original, candidate, None, dataset, baseline, progress=False, search="exhaustive")
+    found = blame(original, candidate, None, dataset, baseline, progress=False)
+    planted = {"layer.2", "layer.9"}
+    assert every.search == "exhaustive" and found.search == "groups" and found.exhaustive == every.exhaustive == 24
+    assert {p.part.name for p in found.parts[:2]} == {p.part.name for p in every.parts[:2]} == planted
+    assert found.fix_set == every.fix_set and set(found.fix_set) == planted and found.fixed
+    assert found.verification["passed"] and every.verification["passed"]
+    # the first halves, then only the groups that hold a planted layer are split, down to the planted layers
+    [row] = found.rows
+    assert [g.parts for g in found.groups[:2]] == [[f"layer.{k}" for k in range(6)], [f"layer.{k}" for k in range(6, 12)]]
+    for group in found.groups:
+        assert group.carries or not planted & set(group.parts), group.name
+        # its figures are those of the candidate with its layers taken back by hand (the original with the candidate's,
+        # for damage), scored and judged as the gate does
+        base, other = (candidate, original) if group.direction == "restore" else (original, candidate)
+        assert group.states[row] == row_figures(taken(base, other, layer_numbers(group.parts)), dataset, baseline)[row]
+    # a part is measured alone both ways where every group that held it carried; else it is cleared: in a group
+    # that did not carry, or in the half of a group whose other half moved the drift as much as the whole group
+    changed = [p for p in found.parts if not p.unchanged]
+    cleared = {p.part.name for p in changed if p.searched == "cleared"}
+    assert {p.part.name for p in changed if p.restore and p.damage} == {f"layer.{k}" for k in range(12)} - cleared
+    assert not cleared & planted and {name for g in found.groups if not g.carries for name in g.parts} <= cleared
+    for name in planted:  # the planted layers' own figures are the exhaustive run's
+        mine, theirs = [next(p for p in f.parts if p.part.name == name) for f in (found, every)]
+        assert (mine.restore, mine.damage) == (theirs.restore, theirs.damage)
+    # the two sides' recordings, the groups, the parts kept measured alone in the direction the search did not, the fix set
+    singles = sum(p.searched == "" and not p.unchanged for p in found.parts)
+    assert found.hybrids == 2 + len(found.groups) + singles + found.fix_hybrids < every.hybrids
+    ran = [f.reuse["items"] - f.reuse["skipped"] for f in (found, every)]
+    print(f"group search: {found.hybrids} models on the items ({len(found.groups)} groups), {ran[0]} token-layers; "
+          f"every part both ways: {every.hybrids}, {ran[1]} token-layers")
+    assert ran[0] < ran[1]
+    text = blame_text(found)
+    assert f"group search: {len(found.groups)} group hybrids" in text and "cleared in a group" in text
+
+
+def test_the_group_search_finds_a_pair_whose_halves_cancel(qwen_tokenizer, dataset):
+    original, candidate = cancelling(len(qwen_tokenizer), layers=12)
+    found = blame(original, candidate, None, dataset, None, progress=False)
+    [row] = found.rows
+    by_name = {p.part.name: p for p in found.parts}
+    assert found.search == "groups" and found.fix_set == ["layer.1", "layer.2"] and found.fixed and found.verification["passed"]
+    # layer 2 is split out of its group by restoring it making the drift worse, and its damage share says it matters
+    second = by_name["layer.2"]
+    assert found.restore_share(second, row) < -0.5 and found.damage_share(second, row) > 0.2 and found.differ(second, row)
+    assert [g.carries for g in found.groups if g.parts == ["layer.2"]] == [True]
+
+
+def masking(vocab_size: int):
+    """A candidate whose layers 3 and 8 each write the same huge constant into the residual stream: either
+    alone leaves the final norm nothing but the constant to read, so restoring one alone changes next to
+    nothing, and damaging the original with either does all the damage. Every other layer is nudged."""
+    original = with_biases(vocab_size, layers=12)
+    candidate = damaged(original, layers=(0, 1, 2, 4, 5, 6, 7, 9, 10, 11), scale=1e-3)
+    written = torch.zeros(original.config.hidden_size)
+    written[:8] = 1e4
+    with torch.no_grad():
+        for k in (3, 8):
+            candidate.model.layers[k].self_attn.o_proj.bias.add_(written)
+    return original, candidate
+
+
+def test_parts_that_mask_each_other_are_found_by_their_damage(qwen_tokenizer, dataset):
+    original, candidate = masking(len(qwen_tokenizer))
+    found = blame(original, candidate, None, dataset, None, progress=False)
+    [row] = found.rows
+    by_name = {p.part.name: p for p in found.parts}
+    for name in ("layer.3", "layer.8"):
+        assert abs(found.restore_share(by_name[name], row)) < 0.05 and found.damage_share(by_name[name], row) > 0.9
+    assert found.search == "groups" and sorted(found.fix_set) == ["layer.3", "layer.8"] and found.fixed
+    # no restore of a group below the first halves moves the drift: each such family is tested by its damage too
+    damage = [g for g in found.groups if g.direction == "damage"]
+    assert damage and all(g.carries == bool({"layer.3", "layer.8"} & set(g.parts)) for g in damage)
+    assert found.verification["passed"]
+
+
+def test_the_budget_stops_the_search_and_says_what_is_left(qwen_tokenizer, dataset):
+    original, candidate = twelve_layers(len(qwen_tokenizer))
+    found = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False, budget=4)
+    # the first halves; the first half of each (layers 0-2 do all the damage layers 0-5 do, so 3-5 are not tested)
+    assert found.hybrids == 4 and [g.name for g in found.groups][2:] == ["layer.0..layer.2 (3 parts)", "layer.6..layer.8 (3 parts)"]
+    untested = [p.part.name for p in found.parts if p.searched == "untested"]
+    assert untested == [f"layer.{k}" for k in (0, 1, 2, 9, 10, 11)]  # a group that carried, and the half not tested
+    assert [p.part.name for p in found.parts if p.searched == "cleared"] == [f"layer.{k}" for k in range(3, 9)]
+    assert not found.fix_set and not found.fixed
+    assert found.notes[0] == (f"the budget of 4 hybrids (--budget) ended before 6 changed part(s) were measured: "
+                              f"{', '.join(untested)}; they are in neither the ranking's figures nor the fix set")
+
+
+def test_a_part_the_first_round_clears_is_found_again_from_the_fix_sets_hybrid(qwen_tokenizer, dataset):
+    """Layer 9's damage is under 5 % of the far drift that layer 2's causes, so the first round clears it; with
+    layer 2 restored, what is left of the drift is layer 9's, still beyond the row's threshold."""
+    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
+    candidate = damaged(damaged(damaged(original, layers=(2,), scale=3.0), layers=(9,), scale=0.6),
+                        layers=(0, 1, 3, 4, 5, 6, 7, 8, 10, 11), scale=0.01)
+    found = blame(original, candidate, None, dataset, None, progress=False)
+    [row] = found.rows
+    ninth = next(p for p in found.parts if p.part.name == "layer.9")
+    assert 0 < found.restore_share(ninth, row) < 0.05 and 0 < found.damage_share(ninth, row) < 0.05
+    assert not any("layer.9" in g.parts and g.carries for g in found.groups if not g.second)
+    again = [g for g in found.groups if g.second]
+    # the second round restores its groups with layer 2 restored: each that holds layer 9 takes away nearly all that is left
+    assert again and all(g.carries and g.shares[0] > 0.9 for g in again if "layer.9" in g.parts)
+    assert {p.part.name for p in found.parts if not p.searched and not p.unchanged} == {"layer.2", "layer.9"}
+    assert found.fix_set == ["layer.2", "layer.9"] and found.fixed and found.verification["passed"]
+    assert "second round, with the fix set restored: restore layer.9" in blame_text(found)

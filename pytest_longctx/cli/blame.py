@@ -10,7 +10,7 @@ from pytest_longctx.backends.hybrids.parts import GRANULARITIES, Pair
 from pytest_longctx.cli.args import add_context_argument, add_loading_arguments, add_threshold_arguments, names, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import FIX_BUDGET, blame_pair
+from pytest_longctx.gate.blame import CARRY, FIX_BUDGET, GROUPS_FROM, SEARCHES, blame_pair
 from pytest_longctx.gate.verdicts import dataset_keys
 from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", type=names, metavar="NAMES", help="only these parts, comma-separated (e.g. layer.3,lm_head)")
     p.add_argument("--rows", type=lambda text: [r.strip() for r in text.split(";") if r.strip()], metavar="ROWS",
                    help="only these failing rows, ';'-separated, as the gate names them")
+    p.add_argument("--search", choices=SEARCHES, default="groups",
+                   help=f"groups (default, with {GROUPS_FROM} changed parts or more): restore halves of the changed parts, then "
+                        f"halves of the halves that move the far drift by {CARRY:.0%} or more, down to single parts, and measure "
+                        "those alone both ways; exhaustive: every changed part both ways")
+    p.add_argument("--budget", type=positive, metavar="N",
+                   help="the most models scored on the blamed items in all (groups, parts, fix set); where it ends, the "
+                        "report says what was left unmeasured (default: no end)")
     p.add_argument("--fix-budget", type=positive, default=FIX_BUDGET, metavar="N",
                    help=f"the hybrids the fix set search may score after the parts' own (default {FIX_BUDGET}): each step "
                         "tries the leading parts with the ones kept so far")
@@ -74,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity, parts=args.parts,
                        rows=args.rows, progress=not args.quiet, beyond_context=args.allow_beyond_context,
                        cache_dir=args.cache_dir, fix_budget=args.fix_budget,
-                       reuse=False if args.boundary_every == 0 else None, reuse_every=args.boundary_every or 1)
+                       reuse=False if args.boundary_every == 0 else None, reuse_every=args.boundary_every or 1,
+                       search=args.search, budget=args.budget)
     print(blame_text(found))
     if args.out:
         write_json(args.out, found.to_json())

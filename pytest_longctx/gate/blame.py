@@ -12,6 +12,22 @@ part. On those rows' items only, each part is measured in two directions:
 * damage: the original with the part taken from the candidate; its share is how much of the
   candidate's far drift appears, hybrid / candidate.
 
+Which parts are measured alone (``--search``): ``exhaustive`` measures every changed part both ways;
+``groups`` (the default from ``GROUPS_FROM`` changed parts) tests groups first (adaptive group testing),
+so that k parts that matter among n cost on the order of k·log2(n) hybrids instead of 2n. The changed
+parts, in model order, are halved; restoring one of the two first halves is damaging the original with
+the other (the unchanged parts are the same in both models), so they are judged both ways from two
+hybrids. A group carries when it moves some blamed row's far drift by ``CARRY`` of it or more, either
+way, or makes a row pass (restore) or fail (damage); a group that carries is halved in the direction
+that showed it most, and its halves tested that way: where the first half moves the drift as much as
+the whole group (within ``CARRY``), the second is not tested. Where neither half of a restored group
+carries, each may mask the other (each enough for the damage the other leaves): both are tested in the
+damage direction too. A part alone that carries is kept and then measured alone both ways; the rest are
+cleared unmeasured. Where the kept parts' fix set does not make the rows pass, a second round tests
+the cleared parts in the same way, restored in the candidate with the fix set restored already and
+judged against that hybrid (a part whose drift is small beside another's is then seen), and the fix set
+is searched again. ``budget`` caps the models scored on the blamed items; what it leaves is untested.
+
 Parts are ranked by restore share (the mean over the blamed rows). The fix set is searched, not
 sorted: a greedy that, at each step, scores the candidate with the parts kept so far plus each
 part still in question (the marginal gain of adding it to the current hybrid) and keeps the best,
@@ -56,6 +72,9 @@ DISAGREE = 0.25  # restore and damage shares further apart than this are said to
 FIX_WIDTH = 8  # the fix set search's candidates per step (after the first): the leading parts not kept, by their larger share
 FIX_BUDGET = 32  # the hybrids the fix set search may score by default (its steps and the pruning after)
 REUSE_FROM = 4  # changed parts from which the two scorings that record the layer boundaries pay for themselves
+SEARCHES = ("groups", "exhaustive")
+GROUPS_FROM = 8  # changed parts from which the group search measures fewer hybrids than every part both ways
+CARRY = 0.05  # a group that moves some blamed row's far drift by this share of it or more, either way, is split
 
 
 @dataclass(frozen=True)
@@ -87,9 +106,27 @@ class PartBlame:
 
     part: Part
     cost: Cost
-    restore: dict[str, RowState] = field(default_factory=dict)
+    restore: dict[str, RowState] = field(default_factory=dict)  # empty: not measured alone (the group search)
     damage: dict[str, RowState] = field(default_factory=dict)
     unchanged: bool = False  # the compression left it as it was: its hybrids are the candidate and the original
+    searched: str = ""  # the group search's word for a part it did not measure both ways: "cleared" or "untested"
+
+
+@dataclass
+class GroupTest:
+    """One hybrid of the group search: ``parts`` restored in the candidate (or damaging the original), the
+    blamed rows with it, and whether the group moves their far drift enough to be split."""
+
+    parts: list[str]
+    direction: str
+    states: dict[str, RowState]
+    carries: bool
+    shares: list[float | None]  # per blamed row; in a second round, of the far drift left with the fix set restored
+    second: bool = False  # a second round's: the group restored with the first round's fix set
+
+    @property
+    def name(self) -> str:
+        return self.parts[0] if len(self.parts) == 1 else f"{self.parts[0]}..{self.parts[-1]} ({len(self.parts)} parts)"
 
 
 @dataclass
@@ -114,14 +151,26 @@ class Blame:
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
     hybrids: int = 0  # the models scored on the blamed rows' items (parts, fix set steps, the original once if needed)
+    search: str = "exhaustive"  # how the parts measured alone were chosen (SEARCHES)
+    groups: list[GroupTest] = field(default_factory=list)  # the group search's hybrids, in the order scored
+    exhaustive: int = 0  # the hybrids measuring every changed part both ways would take (2 per part)
     reuse: dict[str, int] | None = None  # token-layers on the items: all hybrids' ("items"), skipped from the boundaries
 
     def restore_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
-        before, after = getattr(self.candidate[row], figure), getattr(part.restore[row], figure)
-        return _share(None if before is None or after is None else before - after, before)
+        return self.shares(part.restore, RESTORE, row, figure)
 
     def damage_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
-        return _share(getattr(part.damage[row], figure), getattr(self.candidate[row], figure))
+        return self.shares(part.damage, DAMAGE, row, figure)
+
+    def shares(self, states: Mapping[str, RowState], direction: str, row: str, figure: str = "far",
+               against: Mapping[str, RowState] | None = None) -> float | None:
+        """The share of the candidate's far drift (or excess; ``against``: another hybrid's) that a hybrid's
+        ``states`` remove (restore) or cause (damage); None where the row was not measured."""
+        before = getattr((against or self.candidate)[row], figure)
+        after = getattr(states[row], figure) if row in states else None
+        if direction == DAMAGE:
+            return _share(after, before)
+        return _share(None if before is None or after is None else before - after, before)
 
     def score(self, part: PartBlame) -> float:
         """The part's rank: its mean restore share of far drift over the blamed rows."""
@@ -153,6 +202,7 @@ class Blame:
             "reference": self.reference, "model": self.model, "granularity": self.granularity, "passed": self.passed,
             "rows": self.rows, "candidate": state(self.candidate), "notes": self.notes,
             "parts": [{"part": p.part.name, "rank": n + 1, "score": self.score(p), "cost": asdict(p.cost), "unchanged": p.unchanged,
+                       "searched": p.searched,
                        "restore": state(p.restore), "damage": state(p.damage),
                        "shares": {row: {"restore_far": self.restore_share(p, row),
                                         "restore_excess": self.restore_share(p, row, "excess"),
@@ -165,6 +215,10 @@ class Blame:
                         "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe,
                         "recipe_tool": self.recipe_tool},
             "verification": self.verification, "hybrids": self.hybrids, "reuse": self.reuse,
+            "search": {"mode": self.search, "exhaustive": self.exhaustive,
+                       "groups": [{"parts": g.parts, "direction": g.direction, "carries": g.carries, "shares": g.shares,
+                                   "second_round": g.second,
+                                   "states": state(g.states)} for g in self.groups]},
         }
 
 
@@ -290,11 +344,14 @@ def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, basel
 def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thresholds: Thresholds | None = None,
                granularity: str = "layer", parts: Sequence[str] | None = None, rows: Sequence[str] | None = None,
                verify: bool = True, progress: bool = True, beyond_context: bool = False, cache_dir: str | None = "off",
-               fix_budget: int = FIX_BUDGET, reuse: bool | None = None, reuse_every: int = 1) -> Blame:
+               fix_budget: int = FIX_BUDGET, reuse: bool | None = None, reuse_every: int = 1, search: str = "groups",
+               budget: int | None = None) -> Blame:
     """Blame the parts of the pair's candidate for its failing rows against the original's
     ``baseline`` (None: the original is scored on ``dataset`` first), reading the models as
     ``Reading`` says (the candidate's answers from the score cache in ``cache_dir`` where a gate
-    run left them); the fix set search scores at most ``fix_budget`` hybrids. ``reuse`` (None: with
+    run left them); ``search`` chooses the parts measured alone (``SEARCHES``; "groups" with fewer than
+    ``GROUPS_FROM`` changed parts measures every one), ``budget`` (None: no end) caps the models scored on
+    the blamed items, and the fix set search scores at most ``fix_budget`` hybrids of them. ``reuse`` (None: with
     ``REUSE_FROM`` changed parts or more): where the pair can (transformers), each side's residual stream
     is kept at every ``reuse_every``-th layer boundary on the blamed items, and each hybrid on them starts
     from the boundary below its first changed part."""
@@ -325,19 +382,24 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     scorer.blamed(found.rows, _rows_items(dataset, evaluation, found.rows))
     found.parts = [PartBlame(part, pair.cost([part]), unchanged=pair.unchanged(part)) for part in chosen]
     changed = [entry for entry in found.parts if not entry.unchanged]
+    found.exhaustive = 2 * len(changed)
+    found.search = "groups" if search == "groups" and len(changed) >= GROUPS_FROM else "exhaustive"
+    limit = Limit(budget, scorer)
     original = scorer.record(reuse_every) if (len(changed) >= REUSE_FROM if reuse is None else reuse) else None
-    for turn, (direction, base) in enumerate(((RESTORE, CANDIDATE), (DAMAGE, ORIGINAL))):
-        for n, entry in enumerate(changed):
-            label = f"{turn * len(changed) + n + 1}/{2 * len(changed)} {direction} {entry.part.name}"
-            getattr(entry, direction).update(scorer(base, [entry.part], label))
-    if len(changed) < len(found.parts):  # restoring such a part reads as the candidate, damaging with it as the original
+    _measure(found, scorer, _search_groups(found, scorer, changed, limit) if found.search == "groups" else changed, limit)
+    # restoring an unchanged part reads as the candidate, damaging with it as the original
+    if len(changed) < len(found.parts) and not limit.spent():
         original = original or scorer(ORIGINAL, [], "the original, for the parts the compression left unchanged")
         for entry in found.parts:
             if entry.unchanged:
                 entry.restore.update(found.candidate)
                 entry.damage.update(original)
-    found.parts.sort(key=lambda p: -found.score(p))  # stable: equal shares keep the model's order
-    _fix(found, scorer, dataset, verify, every_part=parts is None, budget=fix_budget)
+    untested = [p.part.name for p in found.parts if p.searched == "untested"]
+    if untested:
+        found.notes.append(f"the budget of {budget} hybrids (--budget) ended before {len(untested)} changed part(s) were "
+                           f"measured: {', '.join(untested)}; they are in neither the ranking's figures nor the fix set")
+    found.parts.sort(key=lambda p: (not p.restore, -found.score(p)))  # stable: equal shares keep the model's order
+    _fix(found, scorer, dataset, verify, every_part=parts is None, limit=limit, fix_budget=fix_budget, changed=changed)
     found.hybrids = scorer.runs
     if scorer.reuse:
         figures = scorer.pair.reuse_figures()
@@ -345,21 +407,158 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     return found
 
 
-def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_part: bool, budget: int) -> None:
-    """The fix set (``_search``), its cost and recipe, and (``verify``) its gate run on the whole selection."""
-    kept, left = _search(found, scorer, budget)
+@dataclass(frozen=True)
+class Limit:
+    """``--budget``: the models the scorer may score on the blamed items in all (None: no end)."""
+
+    budget: int | None
+    scorer: Scorer
+
+    def spent(self) -> bool:
+        return self.left() <= 0
+
+    def left(self) -> float:
+        return float("inf") if self.budget is None else self.budget - self.scorer.runs
+
+    def within(self, fix_budget: int) -> tuple[int, str]:
+        """The fix set search's budget and the flag that sets it: ``fix_budget`` or what ``--budget`` leaves."""
+        left = None if self.budget is None else max(0, self.budget - self.scorer.runs)
+        return (fix_budget, "--fix-budget") if left is None or fix_budget <= left else (left, "--budget")
+
+
+BASES = {RESTORE: CANDIDATE, DAMAGE: ORIGINAL}  # the model a hybrid of each direction takes parts into
+
+
+def _measure(found: Blame, scorer: Scorer, entries: Sequence[PartBlame], limit: Limit) -> None:
+    """Each part of ``entries`` alone, restored and damaging, where not measured yet; parts left when the budget
+    ends are marked untested."""
+    plan = [(direction, entry) for direction in (RESTORE, DAMAGE) for entry in entries if not getattr(entry, direction)]
+    for n, (direction, entry) in enumerate(plan):
+        if limit.spent():
+            for _, left in plan[n:]:
+                left.searched = left.searched or "untested"
+            return
+        label = f"{n + 1}/{len(plan)} {direction} {entry.part.name}"
+        getattr(entry, direction).update(scorer(BASES[direction], [entry.part], label))
+
+
+def _halves(entries: Sequence[PartBlame]) -> list[list[PartBlame]]:
+    middle = (len(entries) + 1) // 2
+    return [list(entries[:middle]), list(entries[middle:])]
+
+
+def _search_groups(found: Blame, scorer: Scorer, changed: Sequence[PartBlame], limit: Limit, base: Sequence[PartBlame] = (),
+                   against: Mapping[str, RowState] | None = None) -> list[PartBlame]:
+    """Adaptive group testing (the module's docstring): the parts of ``changed`` each of whose groups, down to
+    the part alone, moves the far drift; the others are marked cleared (or untested where the budget ends).
+    Each family is a carrying group's two halves, the direction it carried in, and that test. A second round
+    restores its groups in the candidate with ``base`` restored already, judged against that hybrid's rows
+    (``against``)."""
+    families: list[tuple[list[list[PartBlame]], str, GroupTest | None]] = [(_halves(changed), RESTORE, None)]
+    kept: list[PartBlame] = []
+    first_round = not base
+
+    def test(group: list[PartBlame], direction: str) -> GroupTest:
+        names = [e.part.name for e in group]
+        label = (f"hybrid {scorer.runs + 1}, group search{'' if first_round else ', second round'} (every part both "
+                 f"ways: {found.exhaustive}): {direction} {GroupTest(names, direction, {}, False, []).name}")
+        states = scorer(BASES[direction], [e.part for e in [*base, *group]], label)
+        if len(group) == 1 and first_round:
+            getattr(group[0], direction).update(states)
+        found.groups.append(replace(_judged(found, names, direction, states, against), second=not first_round))
+        return found.groups[-1]
+
+    while families:
+        if limit.spent():
+            for entry in (e for halves, _, _ in families for group in halves for e in group):
+                entry.searched = "untested"
+            break
+        halves, direction, parent = families.pop(0)
+        first = test(halves[0], direction)
+        if parent is not None and _same(found, first, parent):  # the first half restores what the group does
+            carriers: list[GroupTest | None] = [first if first.carries else None, None]
+        elif limit.spent():
+            carriers = [first if first.carries else None, None]
+            for entry in halves[1]:
+                entry.searched = "untested"
+        else:
+            tests = [first, test(halves[1], direction)]
+            if first_round and len(found.groups) == 2:  # the first halves: restoring one is damaging the original with the other
+                tests += [_judged(found, mine.parts, DAMAGE, other.states) for mine, other in zip(tests, tests[::-1])]
+            elif first_round and direction == RESTORE and not any(t.carries for t in tests):  # each masks the other?
+                if limit.left() >= 2:
+                    tests += [test(group, DAMAGE) for group in halves]
+                else:
+                    for entry in (e for group in halves for e in group):
+                        entry.searched = "untested"
+            # a half that carries is split in the direction that shows it most (restore, or damage where others mask it)
+            carriers = [max((t for t in tests[n::2] if t.carries), key=_strength, default=None) for n in range(2)]
+        for group, carrier in zip(halves, carriers):
+            if carrier is None:
+                for entry in group:
+                    entry.searched = entry.searched or "cleared"
+            elif len(group) == 1:
+                group[0].searched = ""
+                kept.append(group[0])
+            else:
+                families.append((_halves(group), carrier.direction, carrier))
+    return kept
+
+
+def _strength(test: GroupTest) -> float:
+    return max(abs(share or 0.0) for share in test.shares)
+
+
+def _same(found: Blame, half: GroupTest, group: GroupTest) -> bool:
+    """Restoring ``half`` takes away as much of every blamed row's far drift as restoring its whole ``group``."""
+    return all(a is not None and b is not None and abs(a - b) < CARRY for a, b in zip(half.shares, group.shares))
+
+
+def _judged(found: Blame, names: list[str], direction: str, states: dict[str, RowState],
+            against: Mapping[str, RowState] | None = None) -> GroupTest:
+    """A group's hybrid judged: it carries when it moves some blamed row's far drift by ``CARRY`` of it or more,
+    or makes a blamed row pass (restore) or fail (damage)."""
+    shares = [found.shares(states, direction, row, against=against) for row in found.rows]
+    # the blamed rows fail in the candidate and pass in the original: a restore that passes one, a damage that fails one
+    flipped = any(states[row].passed == (direction == RESTORE) for row in found.rows)
+    return GroupTest(names, direction, states, flipped or any(s is not None and abs(s) >= CARRY for s in shares), shares)
+
+
+def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_part: bool, limit: Limit,
+         fix_budget: int, changed: Sequence[PartBlame]) -> None:
+    """The fix set (``_search``), its cost and recipe, and (``verify``) its gate run on the whole selection.
+    Where the group search's parts do not make the rows pass, the parts it cleared are searched again from the
+    fix set's hybrid (a second round), and the fix set searched again with what it finds."""
+    budget, flag = limit.within(fix_budget)
+    kept, left = _search(found, scorer, budget, flag)
     states = found.fix_steps[-1] if found.fix_steps else found.candidate
     found.fixed = all(s.passed for s in states.values())
+    rest = [p for p in changed if p.searched]  # in the model's order
+    if found.search == "groups" and not found.fixed and rest and not limit.spent():
+        base = [p for p in found.parts if p.part in kept]
+        more = _search_groups(found, scorer, rest, limit, base, states)
+        if more:
+            _measure(found, scorer, more, limit)
+            found.fix_steps, found.fix_moves = [], []
+            budget, flag = limit.within(fix_budget)
+            kept, left = _search(found, scorer, budget, flag)
+            states = found.fix_steps[-1] if found.fix_steps else found.candidate
+            found.fixed = all(s.passed for s in states.values())
     elsewhere = "in how the parts interact" if every_part else "in parts not measured (--parts) or in how the parts interact"
     if not found.fix_set:
         found.notes.append(f"no part measured restores or causes any of the far drift: the damage lies {elsewhere}")
     elif not found.fixed and left:
         found.notes.append(f"the fix set search spent its budget of {budget} hybrids with a blamed row still failing "
                            f"({len(found.fix_set)} parts kept, {left} in question not tried with them): a larger budget "
-                           "(--fix-budget) may find more")
+                           f"({flag}) may find more")
     elif not found.fixed:
         found.notes.append(f"with every part that restores or causes any far drift kept ({len(found.fix_set)} of "
                            f"{len(found.parts)} measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
+    cleared = sum(p.searched == "cleared" for p in found.parts)
+    if not found.fixed and cleared:
+        found.notes.append(f"the group search cleared {cleared} parts in groups that moved the far drift by less than "
+                           f"{CARRY:.0%}: where parts' damage cancels or masks within a group, one of them may matter; "
+                           "--search exhaustive measures every part alone")
     found.fix_cost = scorer.pair.cost(kept)
     found.recipe = scorer.pair.recipe(kept) if kept else []
     found.recipe_tool = scorer.pair.recipe_tool if found.recipe else ""
@@ -367,14 +566,14 @@ def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_par
         found.verification = _verify(kept, scorer, dataset)
 
 
-def _search(found: Blame, scorer: Scorer, budget: int) -> tuple[list[Part], int]:
+def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[Part], int]:
     """The greedy fix set: each step adds, of the parts in question not kept yet, the one whose hybrid
     with the parts kept is best (``Blame.gain``), until every blamed row passes, the parts in question
     run out or ``budget`` hybrids are spent; then each part kept before the last is dropped where the
     rest still pass. The first step reads the parts' own restore hybrids, scored already; returns the
     parts kept and how many parts in question were left untried."""
     # in question: changed parts that restore or cause some far drift, the one that matters most first
-    pool = sorted((p for p in found.parts if not p.unchanged and found.prior(p) > 0), key=lambda p: -found.prior(p))
+    pool = sorted((p for p in found.parts if not p.unchanged and p.restore and found.prior(p) > 0), key=lambda p: -found.prior(p))
     kept: list[PartBlame] = []
     states, spent = found.candidate, 0
 
@@ -403,7 +602,7 @@ def _search(found: Blame, scorer: Scorer, budget: int) -> tuple[list[Part], int]
         for entry in list(kept[:-1]):  # the last one made them pass; an earlier one may be needless with it
             if spent >= budget:
                 found.notes.append(f"the fix set search spent its budget of {budget} hybrids before trying each part "
-                                   "without the others: it may hold a part they make needless (--fix-budget)")
+                                   f"without the others: it may hold a part they make needless ({flag})")
                 break
             rest = [p.part for p in kept if p is not entry]
             trial = scorer(CANDIDATE, rest, f"fix set: without {entry.part.name}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_longctx.gate.blame import CARRY
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.format import html_text, markdown_code, table, visible
 from pytest_longctx.reports.format import markdown_text as cell
@@ -53,6 +54,33 @@ class RowTable:
     body: list[list[str]]
 
 
+def _far(states: dict, row: str) -> str:
+    return _n(states[row].far) if row in states else "-"
+
+
+def _remark(found: Any, part: Any, row: str) -> str:
+    if part.unchanged:
+        return "unchanged"
+    if part.searched:  # the group search did not measure it alone both ways
+        return {"cleared": "cleared in a group", "untested": "not measured (budget)"}[part.searched]
+    return "differ" if found.differ(part, row) else ""
+
+
+def search_line(found: Any) -> tuple[str, list[str]] | None:
+    """How the parts measured alone were chosen, and what it cost against measuring every part both ways."""
+    if found.search != "groups":
+        return None
+    carried = [g for g in found.groups if g.carries]
+    details = [f"{'second round, with the fix set restored: ' if g.second else ''}{g.direction} {g.name}: "
+               f"{', '.join(_share(s) for s in g.shares)} of the far drift{' left' if g.second else ''}"
+               f"{' (split)' if g.carries and len(g.parts) > 1 else ' (kept)' if g.carries else ''}" for g in found.groups]
+    cleared = sum(p.searched == "cleared" for p in found.parts)
+    return (f"group search: {len(found.groups)} group hybrids, {len(carried)} moving the far drift by {CARRY:.0%} or more; "
+            f"{cleared} parts cleared without a hybrid of their own; {found.hybrids} models scored on the blamed items "
+            f"in all, where measuring every changed part both ways takes {found.exhaustive} before the fix set "
+            "(--search exhaustive)", details)
+
+
 def headline(found: Any) -> str:
     if found.passed:
         return f"nothing to blame: {found.model} passes against {found.reference}'s baseline"
@@ -66,9 +94,9 @@ def row_tables(found: Any) -> list[RowTable]:
     found_rows = []
     for row in found.rows:
         before = found.candidate[row]
-        body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_n(p.restore[row].far)}", _share(found.restore_share(p, row)),
-                 _share(found.restore_share(p, row, "excess")), _n(p.damage[row].far), _share(found.damage_share(p, row)),
-                 _count(p.cost.parameters), "unchanged" if p.unchanged else "differ" if found.differ(p, row) else ""]
+        body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_far(p.restore, row)}", _share(found.restore_share(p, row)),
+                 _share(found.restore_share(p, row, "excess")), _far(p.damage, row), _share(found.damage_share(p, row)),
+                 _count(p.cost.parameters), _remark(found, p, row)]
                 for n, p in enumerate(found.parts)]
         found_rows.append(RowTable(row, f"far drift {_n(before.far)} (threshold {before.threshold:.3f}), "
                                         f"far excess {_n(before.excess)}", body))
@@ -78,6 +106,9 @@ def row_tables(found: Any) -> list[RowTable]:
 def outcome(found: Any) -> list[tuple[str, list[str]]]:
     """The fix set, its cost, its verification and the notes: each line with its details."""
     lines: list[tuple[str, list[str]]] = []
+    searched = search_line(found)
+    if searched:
+        lines.append(searched)
     if found.fix_set:
         spent, after = found.fix_cost, found.fix_steps[-1]
         state = "passes" if found.fixed else "does NOT make every blamed row pass"
