@@ -6,6 +6,7 @@ every number is checked against a computation done here by hand, not through the
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -114,6 +115,43 @@ def test_the_gate_reads_as_kvpress_press_run_by_hand(model, name):
     assert max(abs(a - b) for g, p in zip(gate, plain) for a, b in zip(g, p)) > 1e-3  # the press did change the reads
 
 
+WRAPPED = [  # a press named with the presses it wraps, and the same made by hand with kvpress
+    ("block(knorm:compression_ratio=0.5):block_size=16", lambda k: k.BlockPress(k.KnormPress(compression_ratio=0.5), block_size=16)),
+    ("composed(knorm:compression_ratio=0.25;tova:compression_ratio=0.25)",
+     lambda k: k.ComposedPress([k.KnormPress(compression_ratio=0.25), k.TOVAPress(compression_ratio=0.25)])),
+    ("chunk(knorm:compression_ratio=0.5):chunk_length=32", lambda k: k.ChunkPress(k.KnormPress(compression_ratio=0.5), chunk_length=32)),
+]
+
+
+@pytest.mark.parametrize("spec, made", WRAPPED, ids=[spec.partition("(")[0] for spec, _ in WRAPPED])
+def test_a_press_named_with_the_presses_it_wraps_reads_as_kvpress_made_by_hand(model, spec, made):
+    import kvpress
+
+    from pytest_longctx.backends.presses import describe_press, make_press
+
+    press = make_press(spec)
+    assert describe_press(press) == describe_press(made(kvpress))
+    gate = _gate(_backend(model, press))
+    for (context, positions), got in zip(QUESTIONS, gate):
+        expected = _by_hand(model, context, positions, _pressed_prefill(model, made(kvpress)))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5)
+    plain = _gate(_backend(model))
+    assert max(abs(a - b) for g, p in zip(gate, plain) for a, b in zip(g, p)) > 1e-3  # the press did change the reads
+
+
+def test_a_press_that_fails_on_a_context_is_one_line(model):
+    """AdaKV needs keys that shut a head's evicted positions out of its attention, and finds none on this tiny
+    random model once the question is read: kvpress's own error, named with the press."""
+    from pytest_longctx.backends.presses import make_press
+
+    backend = _backend(model, make_press("adakv(snapkv:compression_ratio=0.5)"))
+    with pytest.raises(LongctxError) as raised:
+        _gate(backend)
+    said = str(raised.value)
+    assert re.match(r"--kv-press AdaKVPress\(press=SnapKVPress\(compression_ratio=0\.5, .*\): kvpress failed to read \d+ "
+                    r"tokens through the context it compressed: Could not find fake keys", said) and "\n" not in said
+
+
 def test_ratio_zero_equals_no_press(model):
     import kvpress
 
@@ -215,6 +253,12 @@ def test_press_names_and_arguments():
     ("snapkv:compression_ratio=1.5", "SnapKVPress refuses its arguments"),
     ("nosuch_module_x:Press", "cannot import nosuch_module_x:Press"),
     ("decoding", "compresses while an answer is generated"),
+    ("adakv", "AdaKVPress wraps another press: name it in parentheses, e.g. ada_kv(snapkv:compression_ratio=0.5)"),
+    ("composed", "ComposedPress wraps other presses: name them in parentheses"),
+    ("adakv(knorm;tova)", "AdaKVPress wraps one press, not 2"),
+    ("snapkv(knorm)", "SnapKVPress wraps no press, not 1"),
+    ("adakv(nosuch)", "no press 'nosuch' in kvpress"),
+    ("chunk(knorm):chunk=3", "ChunkPress takes no argument 'chunk'; it takes press, chunk_length"),
 ])
 def test_bad_press_is_one_line(spec, said):
     _needs_kvpress()

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from importlib.metadata import distribution
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -485,6 +485,8 @@ class TransformersReadSession:
             cache = DynamicCache()  # read exact, from the start: the press may have compressed some layers already
             with torch.inference_mode():
                 backend.model.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        except (ValueError, RuntimeError) as exc:
+            _press_failed(backend, exc, f"compress a context of {len(ids)} tokens")
         self.cache = cache
         self.length = len(ids)
         if backend.press is not None:  # a quantized cache keeps every position: the plain path, copied at branch points
@@ -515,8 +517,13 @@ class TransformersReadSession:
                      (indices[row].tolist(), values[row].tolist()) if top_k else None)
                     for row, wanted in enumerate(asked)]
 
-        with torch.inference_mode():
-            result = advance_in_calls(len(ids), positions, tokens, top_k, self.backend.chunk_size, forward)
+        try:
+            with torch.inference_mode():
+                result = advance_in_calls(len(ids), positions, tokens, top_k, self.backend.chunk_size, forward)
+        except (ValueError, RuntimeError) as exc:
+            if self.compressed is None:
+                raise
+            _press_failed(self.backend, exc, f"read {len(ids)} tokens through the context it compressed")
         self.length += len(ids)
         if self.next_position is not None:
             self.next_position += len(ids)
@@ -578,6 +585,14 @@ def _plain_kv(cache: Any) -> bool:
 
 # Config entries that name or date a checkpoint without changing what it computes.
 VOLATILE_CONFIG = ("_name_or_path", "_commit_hash", "transformers_version", "dtype", "torch_dtype")
+
+
+def _press_failed(backend: TransformersBackend, exc: Exception, doing: str) -> NoReturn:
+    """The press's own failure (AdaKV finding no keys to shut a head's evicted positions out, say) as one
+    line naming it; another error as it came, where no press is at work."""
+    if backend.press is None:
+        raise exc
+    raise LongctxError(f"--kv-press {backend.press_name}: kvpress failed to {doing}: {first_line(exc) or type(exc).__name__}") from None
 
 
 def quantization_config(model: Any) -> dict[str, Any]:

@@ -4,8 +4,12 @@
 A press is named ``NAME[:key=value,...]``: NAME is a press class of kvpress (``SnapKVPress``),
 the same without ``Press`` in any case, with or without underscores (``snapkv``, ``snap_kv``,
 ``streaming_llm``), or ``module:object`` for a press of the user's own (an instance, or a class
-or factory called with the arguments). kvpress is imported only when a press is asked for: it
-pins an older transformers and lives in an environment of its own (scripts/setup-kvpress-venv.sh).
+or factory called with the arguments). A press that wraps others is named with them in
+parentheses, its own arguments after: ``adakv(snapkv:compression_ratio=0.5)``,
+``chunk(knorm:compression_ratio=0.5):chunk_length=512``, and several with ``;`` between them,
+``composed(snapkv:compression_ratio=0.25;knorm:compression_ratio=0.25)``. kvpress is imported
+only when a press is asked for: it pins an older transformers and lives in an environment of its
+own (scripts/setup-kvpress-venv.sh).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ SETUP = "needs kvpress: scripts/setup-kvpress-venv.sh DIR makes an environment w
 # Presses that compress while the answer is generated (kvpress's decoding presses) or that take other presses as
 # arguments: not this option's NAME form (a ``module:object`` press may compose them).
 DECODING = ("DecodingPress", "PrefillDecodingPress", "CompressionRatioDecodingPress", "DMSPress")
+
+
+WRAPPED = re.compile(r"^(?P<name>[A-Za-z_]\w*)\((?P<inner>.*)\)(?::(?P<arguments>[^()]*))?$", re.S)
 
 
 def _kvpress() -> Any:
@@ -93,6 +100,9 @@ def _arguments_of(factory: Any) -> list[str]:
 def make_press(spec: str) -> Any:
     """The press ``spec`` names, made with its arguments; one line for an unknown press, a bad
     argument, or kvpress missing."""
+    wrapped = WRAPPED.match(spec.strip())
+    if wrapped:
+        return _wrapping(spec, wrapped["name"], wrapped["inner"], wrapped["arguments"] or "")
     name, arguments = parse_spec(spec)
     if ":" in name and _key(name.partition(":")[0]) in {_key(n) for n in press_classes()}:
         raise LongctxError(f"{OPTION} {spec}: {name.partition(':')[2]!r} is not key=value "
@@ -111,20 +121,58 @@ def make_press(spec: str) -> Any:
         else:
             press = _build(spec, found, attribute, arguments)
     else:
-        classes = press_classes()
-        by_key = {_key(n): c for n, c in classes.items()}
-        if _key(name) not in by_key:
-            decoding = next((n for n in DECODING if _key(n) == _key(name)), None)
-            if decoding:
-                raise LongctxError(f"{OPTION} {spec}: {decoding} compresses while an answer is generated; the gate reads "
-                                   "teacher-forced, with the context compressed once (docs/metrics.md#kv-cache-presses)")
-            known = ", ".join(sorted(short_name(n) for n in classes))
-            raise LongctxError(f"{OPTION} {spec}: no press {name!r} in kvpress; known: {known} (or module:object)")
-        cls = by_key[_key(name)]
+        cls = _press_class(spec, name)
+        inner = [f for f in ("press", "presses") if f in _arguments_of(cls)]
+        if inner:
+            raise LongctxError(f"{OPTION} {spec}: {cls.__name__} wraps {'another press' if inner[0] == 'press' else 'other presses'}: "
+                               f"name {'it' if inner[0] == 'press' else 'them'} in parentheses, e.g. "
+                               f"{short_name(cls.__name__)}(snapkv:compression_ratio=0.5)")
         press = _build(spec, cls, cls.__name__, arguments)
     if not _is_press(press):
         raise LongctxError(f"{OPTION} {spec}: {name} gave a {type(press).__name__}, not a kvpress press")
     return press
+
+
+def _press_class(spec: str, name: str) -> type:
+    """kvpress's press class ``name`` names; one line listing the known ones where there is none."""
+    classes = press_classes()
+    by_key = {_key(n): c for n, c in classes.items()}
+    if _key(name) not in by_key:
+        decoding = next((n for n in DECODING if _key(n) == _key(name)), None)
+        if decoding:
+            raise LongctxError(f"{OPTION} {spec}: {decoding} compresses while an answer is generated; the gate reads "
+                               "teacher-forced, with the context compressed once (docs/metrics.md#kv-cache-presses)")
+        known = ", ".join(sorted(short_name(n) for n in classes))
+        raise LongctxError(f"{OPTION} {spec}: no press {name!r} in kvpress; known: {known} (or module:object)")
+    return by_key[_key(name)]
+
+
+def _split(inner: str) -> list[str]:
+    """The presses inside a wrapper's parentheses: ``;`` between them, not inside nested parentheses."""
+    found, depth, start = [], 0, 0
+    for n, char in enumerate(inner):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ";" and depth == 0:
+            found.append(inner[start:n])
+            start = n + 1
+    return [p.strip() for p in [*found, inner[start:]] if p.strip()]
+
+
+def _wrapping(spec: str, name: str, inner: str, arguments: str) -> Any:
+    """A press that wraps the presses inside its parentheses (``adakv(snapkv:compression_ratio=0.5)``), made with
+    its own arguments after them."""
+    cls = _press_class(spec, name)
+    takes = _arguments_of(cls)
+    wrapped = [make_press(p) for p in _split(inner)]
+    values = parse_spec(f"{name}:{arguments}")[1] if arguments else {}
+    if "presses" in takes:
+        values["presses"] = wrapped
+    elif "press" in takes and len(wrapped) == 1:
+        values["press"] = wrapped[0]
+    else:
+        what = "one press" if "press" in takes else "no press"
+        raise LongctxError(f"{OPTION} {spec}: {cls.__name__} wraps {what}, not {len(wrapped)}")
+    return _build(spec, cls, cls.__name__, values)
 
 
 def _is_press(value: Any) -> bool:
@@ -139,8 +187,7 @@ def _build(spec: str, factory: Any, what: str, arguments: dict[str, Any]) -> Any
     try:
         return factory(**arguments)
     except TypeError as exc:
-        missing = "; it needs another press as an argument: name it as module:object" if "press" in str(exc) else ""
-        raise LongctxError(f"{OPTION} {spec}: {what}: {first_line(exc)}{missing}") from None
+        raise LongctxError(f"{OPTION} {spec}: {what}: {first_line(exc)}") from None
     except (AssertionError, ValueError) as exc:
         said = first_line(exc) or "an argument is out of range"
         raise LongctxError(f"{OPTION} {spec}: {what} refuses its arguments: {said}") from None
@@ -158,7 +205,11 @@ def describe_press(press: Any) -> str:
         if not field.init:
             continue
         value = getattr(press, field.name)
-        parts.append(f"{field.name}={describe_press(value) if _is_press(value) else repr(value)}")
+        if isinstance(value, list) and value and all(_is_press(v) for v in value):
+            shown = "[" + ", ".join(describe_press(v) for v in value) + "]"
+        else:
+            shown = describe_press(value) if _is_press(value) else repr(value)
+        parts.append(f"{field.name}={shown}")
     return f"{where}{cls.__name__}({', '.join(parts)})"
 
 
