@@ -126,7 +126,12 @@ class GroupTest:
 
     @property
     def name(self) -> str:
-        return self.parts[0] if len(self.parts) == 1 else f"{self.parts[0]}..{self.parts[-1]} ({len(self.parts)} parts)"
+        return group_name(self.parts)
+
+
+def group_name(parts: Sequence[str]) -> str:
+    """A group of parts as the report and the progress line name it: ``layer.0..layer.5 (6 parts)``."""
+    return parts[0] if len(parts) == 1 else f"{parts[0]}..{parts[-1]} ({len(parts)} parts)"
 
 
 @dataclass
@@ -461,7 +466,7 @@ def _search_groups(found: Blame, scorer: Scorer, changed: Sequence[PartBlame], l
     def test(group: list[PartBlame], direction: str) -> GroupTest:
         names = [e.part.name for e in group]
         label = (f"hybrid {scorer.runs + 1}, group search{'' if first_round else ', second round'} (every part both "
-                 f"ways: {found.exhaustive}): {direction} {GroupTest(names, direction, {}, False, []).name}")
+                 f"ways: {found.exhaustive}): {direction} {group_name(names)}")
         states = scorer(BASES[direction], [e.part for e in [*base, *group]], label)
         if len(group) == 1 and first_round:
             getattr(group[0], direction).update(states)
@@ -529,21 +534,19 @@ def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_par
     """The fix set (``_search``), its cost and recipe, and (``verify``) its gate run on the whole selection.
     Where the group search's parts do not make the rows pass, the parts it cleared are searched again from the
     fix set's hybrid (a second round), and the fix set searched again with what it finds."""
-    budget, flag = limit.within(fix_budget)
-    kept, left = _search(found, scorer, budget, flag)
-    states = found.fix_steps[-1] if found.fix_steps else found.candidate
-    found.fixed = all(s.passed for s in states.values())
+    def search() -> tuple[list[Part], int, int, str]:
+        budget, flag = limit.within(fix_budget)
+        return (*_search(found, scorer, budget, flag), budget, flag)
+
+    kept, left, budget, flag = search()
     rest = [p for p in changed if p.searched]  # in the model's order
     if found.search == "groups" and not found.fixed and rest and not limit.spent():
         base = [p for p in found.parts if p.part in kept]
-        more = _search_groups(found, scorer, rest, limit, base, states)
+        more = _search_groups(found, scorer, rest, limit, base, found.fix_steps[-1] if found.fix_steps else found.candidate)
         if more:
             _measure(found, scorer, more, limit)
             found.fix_steps, found.fix_moves = [], []
-            budget, flag = limit.within(fix_budget)
-            kept, left = _search(found, scorer, budget, flag)
-            states = found.fix_steps[-1] if found.fix_steps else found.candidate
-            found.fixed = all(s.passed for s in states.values())
+            kept, left, budget, flag = search()
     elsewhere = "in how the parts interact" if every_part else "in parts not measured (--parts) or in how the parts interact"
     if not found.fix_set:
         found.notes.append(f"no part measured restores or causes any of the far drift: the damage lies {elsewhere}")
@@ -570,8 +573,9 @@ def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[
     """The greedy fix set: each step adds, of the parts in question not kept yet, the one whose hybrid
     with the parts kept is best (``Blame.gain``), until every blamed row passes, the parts in question
     run out or ``budget`` hybrids are spent; then each part kept before the last is dropped where the
-    rest still pass. The first step reads the parts' own restore hybrids, scored already; returns the
-    parts kept and how many parts in question were left untried."""
+    rest still pass. The first step reads the parts' own restore hybrids, scored already. Sets the fix set,
+    the hybrids it took and whether it passes; returns the parts kept and how many parts in question were
+    left untried."""
     # in question: changed parts that restore or cause some far drift, the one that matters most first
     pool = sorted((p for p in found.parts if not p.unchanged and p.restore and found.prior(p) > 0), key=lambda p: -found.prior(p))
     kept: list[PartBlame] = []
@@ -611,7 +615,7 @@ def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[
                 kept.remove(entry)
                 found.fix_steps.append(trial)
             found.fix_moves.append(f"- {entry.part.name}" if passing(trial) else f"without {entry.part.name}: fails")
-    found.fix_set, found.fix_hybrids = [p.part.name for p in kept], spent
+    found.fix_set, found.fix_hybrids, found.fixed = [p.part.name for p in kept], spent, passing(states)
     return [p.part for p in kept], 0 if passing(states) else len(pool)
 
 
