@@ -25,8 +25,12 @@ Without ``--model`` the float model is a tiny random qwen3 (width 128, 2 layers,
   runs (vLLM's int8 kernels), round to nearest
 * ``w8a8-smoothquant``: SmoothQuant (strength 0.8), then W8A8
 * ``w4a16-gptq`` / ``w4a16-gptq-gN``: GPTQ in groups of 128 / N
+* ``w4a16-awq-gN``: AWQ's activation-aware scales (llm-compressor's own mappings for the
+  architecture), then int4 in groups of N, round to nearest
+* ``w4a16-autoround-gN``: AutoRound (the auto-round library inside llm-compressor, ``--iters``
+  steps of signed gradient descent per decoder layer), int4 in groups of N
 
-The calibrated kinds (SmoothQuant, GPTQ) read ``--samples`` sequences of ``--seq`` tokens: cut
+The calibrated kinds (SmoothQuant, GPTQ, AWQ, AutoRound) read ``--samples`` sequences of ``--seq`` tokens: cut
 from ``--text`` when given, else random token ids (enough to exercise the tiny model, meaningless
 for a real one). ``OUT/made.json`` records each kind's seconds, recipe and the versions used.
 """
@@ -39,10 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-KINDS = ("w4a16", "w4a16-g32", "w4a16-ignore", "w8a8", "w8a8-smoothquant", "w4a16-gptq")
+KINDS = ("w4a16", "w4a16-g32", "w4a16-ignore", "w8a8", "w8a8-smoothquant", "w4a16-gptq", "w4a16-awq-g32",
+         "w4a16-autoround-g32")
 # the first layer's attention and every layer's down_proj stay in float in ``w4a16-ignore``
 IGNORED = ["lm_head", r"re:.*layers\.0\.self_attn\..*", r"re:.*mlp\.down_proj$"]
 SMOOTHING = 0.8
+ITERS = 200  # AutoRound's default steps per decoder layer
 
 
 def tiny_float_model(out: Path, architecture: str = "qwen3") -> Path:
@@ -66,17 +72,34 @@ def int4_groups(group_size: int) -> dict[str, Any]:
                                                            "strategy": "group", "group_size": group_size}}}
 
 
-def recipe(kind: str) -> tuple[list[Any], bool]:
+def recipe(kind: str, iters: int = ITERS) -> tuple[list[Any], bool]:
     """The modifiers that make ``kind``, and whether they read calibration data."""
     from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
     from llmcompressor.modifiers.smoothquant import SmoothQuantModifier
 
-    grouped = re.fullmatch(r"w4a16(-gptq)?(?:-g(\d+))?", kind)
+    grouped = re.fullmatch(r"w4a16(?:-(gptq|awq|autoround))?(?:-g(\d+))?", kind)
     if grouped:
-        gptq, group = grouped.groups()
+        method, group = grouped.groups()
         scheme: dict[str, Any] = {"config_groups": int4_groups(int(group))} if group else {"scheme": "W4A16"}
-        modifier = GPTQModifier if gptq else QuantizationModifier
-        return [modifier(targets="Linear", ignore=["lm_head"], **scheme)], bool(gptq)
+        if method == "gptq":
+            return [GPTQModifier(targets="Linear", ignore=["lm_head"], **scheme)], True
+        if method == "awq":
+            import torch
+            from llmcompressor.modifiers.transform import AWQModifier
+            from llmcompressor.pipelines.cache import IntermediatesCache
+
+            if not torch.accelerator.is_available():
+                # llm-compressor 0.14's AWQ pins its cached activations for faster copies to the
+                # accelerator and fails without one; pinning changes no value, so it is skipped
+                IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
+
+            return [AWQModifier(), QuantizationModifier(targets="Linear", ignore=["lm_head"], **scheme)], True
+        if method == "autoround":
+            from llmcompressor.modifiers.autoround import AutoRoundModifier
+
+            return [AutoRoundModifier(targets="Linear", ignore=["lm_head"], iters=iters, enable_torch_compile=False,
+                                      **scheme)], True
+        return [QuantizationModifier(targets="Linear", ignore=["lm_head"], **scheme)], False
     if kind == "w4a16-ignore":
         return [QuantizationModifier(targets="Linear", scheme="W4A16", ignore=IGNORED)], False
     if kind == "w8a8":
@@ -109,7 +132,8 @@ def from_file(path: Path) -> tuple[str, bool]:
     return str(path), bool(re.search(r"\b(GPTQ|AWQ|AutoRound|SmoothQuant)Modifier\b", text))
 
 
-def make(kind: str, source: Path, out: Path, data: Any, samples: int, seq: int, recipe_file: Path | None = None) -> dict[str, Any]:
+def make(kind: str, source: Path, out: Path, data: Any, samples: int, seq: int, recipe_file: Path | None = None,
+         iters: int = ITERS) -> dict[str, Any]:
     """The checkpoint ``kind`` (or the one ``recipe_file`` makes) of the float model in ``source``, made
     by ``oneshot`` and saved compressed in ``out``; what it took."""
     import torch
@@ -117,7 +141,7 @@ def make(kind: str, source: Path, out: Path, data: Any, samples: int, seq: int, 
     from transformers import AutoModelForCausalLM
 
     started = time.perf_counter()
-    modifiers, calibrated = from_file(recipe_file) if recipe_file else recipe(kind)
+    modifiers, calibrated = from_file(recipe_file) if recipe_file else recipe(kind, iters)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     extra = {"dataset": data, "num_calibration_samples": samples, "max_seq_length": seq} if calibrated else {}
     oneshot(model=model, recipe=modifiers, **extra)
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", type=Path, help="a text file the calibrated kinds read (default: random token ids)")
     parser.add_argument("--samples", type=int, default=16, help="calibration sequences (default 16)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per calibration sequence (default 256)")
+    parser.add_argument("--iters", type=int, default=ITERS, help=f"AutoRound's steps per decoder layer (default {ITERS})")
     parser.add_argument("--recipe", type=Path, help="make one checkpoint in OUT with this recipe file instead of the kinds")
     args = parser.parse_args(argv)
     from importlib.metadata import version
@@ -152,15 +177,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--text: {source} has no tokenizer to cut it into tokens")
     vocab_size = AutoConfig.from_pretrained(source).vocab_size
     data = calibration(tokenizer, args.text, vocab_size, args.samples, args.seq)
-    made: dict[str, Any] = {"float": str(source), "versions": {name: version(name) for name in (
-        "llmcompressor", "compressed-tensors", "transformers", "torch")}, "kinds": {}}
+    record = args.out / "made.json"  # kept across runs into the same OUT: one entry per kind made
+    made: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {"kinds": {}}
+    made.update({"float": str(source), "versions": {name: version(name) for name in (
+        "llmcompressor", "compressed-tensors", "transformers", "torch", "auto-round")}})
     kinds = [("recipe", args.out)] if args.recipe else [(k.strip(), args.out / k.strip()) for k in args.only.split(",")]
     for kind, folder in kinds:
-        made["kinds"][kind] = make(kind, source, folder, data, args.samples, args.seq, args.recipe)
+        made["kinds"][kind] = make(kind, source, folder, data, args.samples, args.seq, args.recipe, args.iters)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)  # the text mode reads it beside the weights
         print(f"{folder}: {made['kinds'][kind]['seconds']} s", flush=True)
-    (args.out / "made.json").write_text(json.dumps(made, indent=1) + "\n")
+        args.out.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(made, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ KINDS = {
     "w8a8": f"{W8A8}; {RTN}",
     "w8a8-smoothquant": f"{W8A8}; {SQ}",
     "w4a16-gptq": f"W4A16, groups of 128; {GPTQ}",
+    "w4a16-awq-g32": f"W4A16, groups of 32; AWQ, {RTN}",
+    "w4a16-autoround-g32": "W4A16, groups of 32; AutoRound",
 }
 IDS = np.random.default_rng(0).integers(0, 128, 300).tolist()  # the tiny model's 128 tokens
 POSITIONS = list(range(0, 299, 7))
@@ -92,9 +94,11 @@ def unpack_int4(words: np.ndarray, columns: int) -> np.ndarray:
 def de_quantized(folder: Path) -> tuple[dict[str, np.ndarray], set[str]]:
     """The checkpoint's weights as float32, each quantized one its integers times its scale (per
     output row, or per group of inputs), and the names of the quantized layers."""
-    from safetensors.numpy import load_file
+    import torch
+    from safetensors.torch import load_file
 
-    tensors = load_file(folder / "model.safetensors")
+    # numpy has no bfloat16, in which AutoRound stores the layers it leaves alone (the norms): widened exactly
+    tensors = {name: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for name, t in load_file(folder / "model.safetensors").items()}
     weights: dict[str, np.ndarray] = {}
     quantized: set[str] = set()
     for name, tensor in tensors.items():
@@ -215,13 +219,15 @@ def test_the_backend_says_what_each_is_and_who_made_it(made, loaded):
 
 
 def test_each_quantization_has_its_own_fingerprint(loaded):
-    """The same float model made six ways: six weight digests; the config digest follows the
-    scheme (GPTQ's records its activation order, the ignore list its layers), so SmoothQuant, which
-    changes only weights, shares W8A8's."""
+    """The same float model made eight ways: eight weight digests; the config digest follows the
+    scheme (GPTQ's records its activation order, the ignore list its layers), so the methods that
+    change only weights share the config of round to nearest in the same scheme: SmoothQuant
+    W8A8's, AWQ's and AutoRound's groups of 32 that of w4a16-g32."""
     described = {kind: loaded(kind).describe() for kind in KINDS}
     assert len({d["weights"] for d in described.values()}) == len(KINDS)
-    assert len({d["config"] for d in described.values()}) == len(KINDS) - 1
+    assert len({d["config"] for d in described.values()}) == len(KINDS) - 3
     assert described["w8a8"]["config"] == described["w8a8-smoothquant"]["config"]
+    assert described["w4a16-g32"]["config"] == described["w4a16-awq-g32"]["config"] == described["w4a16-autoround-g32"]["config"]
 
 
 def test_a_recipe_names_its_methods_in_order_and_nothing_is_said_without_one(tmp_path):
