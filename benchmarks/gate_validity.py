@@ -15,7 +15,8 @@ each run's results JSON in --results, and prints:
 * with ``--min-effects 1,0.5,0.25``, the rules rows recomputed with each count threshold
   (``longctx compare --min-effect``), to see which makes them countable.
 
-``--reuse`` reads the results JSON a previous run left in --results instead of gating again.
+``--reuse`` reads the results JSON a previous run left in --results instead of gating again
+(and gates only the candidates that have none).
 
 * ``--backend hf``: the transformers variants of ``benchmarks/variants.py`` and the model
   with a 4-bit KV cache (``--longctx-backend variants:kv_int4``), against the committed
@@ -26,6 +27,12 @@ each run's results JSON in --results, and prints:
   the F32 file with llama.cpp's quantized KV caches (``cache-type-k``/``cache-type-v`` q8_0,
   then q4_0), all run by llama.cpp, against a baseline the F32 file makes first
   (``--longctx-update-baseline``, kept in --variants).
+* ``--backend checkpoints``: checkpoints made by the compression tools themselves
+  (``benchmarks/llmcompressor_variants.py`` in llm-compressor's environment,
+  ``benchmarks/quantized_variants.py`` here), every folder holding a ``config.json`` under each
+  of ``--checkpoints DIR ...``, named by its folder, read by transformers through their own
+  ``quantization_config``, against the committed baseline; the table ends with what the gate
+  says each one is.
 """
 from __future__ import annotations
 
@@ -67,12 +74,23 @@ def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str],
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
                    f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
-        failed = sum(1 for line in done.stdout.splitlines() if line.startswith("FAILED"))
+        failed = failed_in(done.stdout)
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
             raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         (out.parent / f"{out.stem}.log").write_text(done.stdout)
         return done.returncode, failed
+
+
+def failed_in(log: str) -> int:
+    """The failed tests a pytest run's output lists."""
+    return sum(1 for line in log.splitlines() if line.startswith("FAILED"))
+
+
+def failed_tests(results: Path) -> int | str:
+    """The failed tests of the run that wrote ``results``, from the log kept beside it."""
+    log = results.parent / f"{results.stem}.log"
+    return failed_in(log.read_text()) if log.exists() else "n/a"
 
 
 def compared(baseline: Path, results: Path, **thresholds: float) -> object:
@@ -164,6 +182,17 @@ def hf_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     return candidates
 
 
+def checkpoint_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
+    """name -> (model, extra pytest options) of the study of tool-made checkpoints: the float model,
+    then each folder with a config.json under each --checkpoints folder (the tiny ``float`` a
+    benchmark keeps beside its kinds excepted)."""
+    candidates = {"the model itself": (args.model, [])}
+    for root in args.checkpoints:
+        for folder in sorted(p.parent for p in root.glob("*/config.json") if p.parent.name != "float"):
+            candidates[folder.name] = (str(folder.resolve()), [])
+    return candidates
+
+
 def llama_names(only: list[str]) -> list[str]:
     return [REFERENCE, *(q for q in gguf_variants.QUANTS if q in only), *([f"{PACKAGED} (packaged)"] if PACKAGED in only else []),
             *(k for k in KV_CACHES if k in only)]
@@ -186,7 +215,8 @@ def llama_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("hf", "llama.cpp"), default="hf")
+    parser.add_argument("--backend", choices=("hf", "llama.cpp", "checkpoints"), default="hf")
+    parser.add_argument("--checkpoints", type=Path, nargs="+", default=[], help="--backend checkpoints: folders of checkpoints")
     parser.add_argument("--model", default="smollm2-135m", help="--backend hf: the model the variants are made from")
     parser.add_argument("--baseline", type=Path, help="default: the committed SmolLM2 baseline (hf); for llama.cpp, "
                         "one the F32 file makes in --variants first")
@@ -202,9 +232,14 @@ def main() -> None:
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
     llama = args.backend == "llama.cpp"
+    if args.backend == "checkpoints" and not args.checkpoints:
+        parser.error("--backend checkpoints needs --checkpoints DIR ...")
     if llama:
         names = llama_names(args.only)
         baseline = args.baseline or args.variants / f"{gguf_variants.STEM}-f32.llama-cpp.json.gz"
+    elif args.backend == "checkpoints":
+        names = list(checkpoint_candidates(args))
+        baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
     else:
         names = ["the model itself", *(name for name in args.only if name in VARIANTS), *([KV_VARIANT] if KV_VARIANT in args.only else [])]
         baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
@@ -213,10 +248,8 @@ def main() -> None:
     prefix = "llama.cpp-" if llama else ""
     files = {name: args.results / f"{prefix}{name.replace(' ', '-')}.json" for name in names}
     outcomes: dict[str, tuple[int, int]] = {}
-    if args.reuse:
-        outcomes = {name: (-1, -1) for name in names}
-    else:
-        candidates = llama_candidates(args) if llama else hf_candidates(args)
+    if not (args.reuse and all(path.exists() for path in files.values())):
+        candidates = {"llama.cpp": llama_candidates, "checkpoints": checkpoint_candidates}.get(args.backend, hf_candidates)(args)
         args.results.mkdir(parents=True, exist_ok=True)
         if llama and not baseline.exists():
             model, extra = candidates[REFERENCE]
@@ -224,6 +257,8 @@ def main() -> None:
             gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args, "--longctx-update-baseline"],
                  args.results / "llama.cpp-baseline-run.json")
         for name, (model, extra) in candidates.items():
+            if args.reuse and files[name].exists():
+                continue
             print(f"gating {name} ...", file=sys.stderr, flush=True)
             outcomes[name] = gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args], files[name])
     results = {name: json.loads(path.read_text()) for name, path in files.items()}
@@ -234,14 +269,16 @@ def main() -> None:
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
         body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
     body += drift_lines(point)
-    if not args.reuse:
-        body.append(["failed tests", *(str(failed) for _, failed in outcomes.values())])
-        assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate
+    body.append(["failed tests", *(str(failed_tests(files[name])) for name in names)])
+    assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate
     body.append(["gate (point estimate)", *(point[name].verdict for name in names)])
     body.append([f"gate (--longctx-alpha {ALPHA:g})", *(alpha[name].verdict for name in names)])
     print(f"backend {args.backend}; baseline {args.baseline}; lengths {args.lengths}; --longctx-limit {args.limit}"
           + (f"; sets {args.sets}" if args.sets else ""))
     print(table(["row", *results], body))
+    if args.backend == "checkpoints":
+        for name, res in results.items():
+            print(f"{name}: {res['meta'].get('quantization') or 'none'}")
     if args.min_effects:
         print(min_effect_table(args.baseline, files, [float(v) for v in comma_list(args.min_effects)]))
 
