@@ -6,7 +6,6 @@ quantization, and a missing library is one line naming the extra to install (iss
 from __future__ import annotations
 
 import json
-import re
 import sys
 from functools import partial
 from pathlib import Path
@@ -309,22 +308,45 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
 
 
 @each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "bnb-nf4", "bnb-int8")
-def test_blame_swaps_every_part_of_a_checkpoint_it_can_split_and_refuses_one_it_cannot(kind, loaded, float_folder):
-    """compressed-tensors, loaded de-quantized, splits into parts: the float model given every part of the
-    candidate reads as the candidate, and the candidate given every part back as the float model. A library
-    that runs its layers on the integers it stores (bitsandbytes' packed nf4 and int8, torchao's int8 tensors)
-    does not, and blame says so in one line naming the first such tensor."""
+def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_it(kind, loaded, float_folder):
+    """The float model given every part of the candidate reads as the candidate, and the candidate given every
+    part back as the float model: compressed-tensors, loaded de-quantized, by its weights (and its input
+    rounding); bitsandbytes' packed nf4 and int8 and torchao's int8 tensors, run as stored, by whole layers."""
     from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
-    candidate = loaded(kind)
-    if not kind.startswith("ct-"):
-        with pytest.raises(LongctxError, match=rf"^--model {kind} runs its layers as they are stored \({re.escape(KINDS[kind][1])}; "
-                                               r"model\.layers\.0\.self_attn\.q_proj\.weight\): blame makes its hybrids"):
-            StateDictPair(plain.model, candidate.model, None, ("float", kind))
-        return
-    checkpointkit.check_every_part_swaps(StateDictPair(plain.model, candidate.model, None, ("float", kind)), plain, candidate,
-                                         backend_reads)
+    pair = StateDictPair(plain.model, loaded(kind).model, None, ("float", kind))
+    assert bool(pair.swapped) == (not kind.startswith("ct-"))
+    checkpointkit.check_every_part_swaps(pair, plain, loaded(kind), backend_reads)
+
+
+@each_kind("torchao-int8", "bnb-nf4", "bnb-int8")
+def test_blames_fix_set_as_the_config_that_transformers_quantizes_with_makes_the_hybrid_it_measured(
+        kind, loaded, float_folder, tmp_path, monkeypatch):
+    """The candidate with layer 0's MLP and layer 1's attention kept in float: blame's recipe, the candidate's own
+    quantization config with those layers added to the modules it skips, run as printed (Python), makes the
+    checkpoint that reads as the hybrid blame measured."""
+    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+    from pytest_longctx.backends.hybrids.transformers import StateDictPair
+
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    pair = StateDictPair(plain.model, loaded(kind).model, None, ("float", kind))
+    assert pair.recipe_tool == "transformers"
+    kept = select_parts(pair.parts("block"), ["layer.0.mlp", "layer.1.attn"], "block")
+    lines = pair.recipe(kept)
+    added = [f"model.layers.0.mlp.{m}_proj" for m in ("gate", "up", "down")] + [f"model.layers.1.self_attn.{m}_proj" for m in "qkvo"]
+    key = "modules_to_not_convert" if kind.startswith("torchao") else "llm_int8_skip_modules"
+    stored = json.loads(json.loads(lines[3].partition("json.loads(")[2].rpartition("))")[0]))
+    assert stored[key] == ["lm_head", *added] and lines[0].startswith(f"# transformers: {float_folder} quantized on load again")
+    monkeypatch.chdir(tmp_path)
+    exec("\n".join(lines), {})  # writes ./fixed
+    fixed, _ = load_backend(str(tmp_path / "fixed"), "hf", "float32", "cpu")
+    kept_in_float = {n for n, m in fixed.model.named_modules() if type(m).__name__ == "Linear" and type(m.weight.data).__name__ == "Tensor"}
+    assert kept_in_float == {"lm_head", *added}
+    with pair.hybrid(CANDIDATE, kept, "the fix set") as hybrid:
+        top1, logprobs = backend_reads(hybrid)
+    want_top1, want = backend_reads(fixed)
+    assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5
 
 
 def test_a_checkpoint_transformers_de_quantizes_on_load_says_so_and_reads_its_weights_exactly(float_folder, tmp_path):

@@ -195,6 +195,35 @@ def recipe_keeping(recipe: Path, modules: Sequence[str], original: str) -> list[
     return lines + yaml.dump(stages, Dumper=Dumper, sort_keys=False, default_flow_style=None).splitlines()
 
 
+# quant_method -> (transformers' config class, its key for the modules it leaves in float)
+SKIPPING = {"bitsandbytes": ("BitsAndBytesConfig", "llm_int8_skip_modules"),
+            "torchao": ("TorchAoConfig", "modules_to_not_convert")}
+
+
+def config_keeping(quantization: Mapping[str, Any], left: Sequence[str], modules: Sequence[str], original: str,
+                   dtype: str, device: str) -> list[str]:
+    """The Python that makes, with transformers, the checkpoint of a library transformers quantizes on
+    load (``SKIPPING``) with ``modules`` (linear layers' names) left in float, as lines: the
+    candidate's ``quantization``, its skip list the layers the candidate ``left`` in float and the
+    fix set's ``modules``, loaded from ``original`` at ``dtype`` on ``device`` and saved. Empty for
+    another library."""
+    found = SKIPPING.get(method(quantization))
+    if found is None:
+        return []
+    kind, key = found
+    kept = [*left, *(m for m in modules if m not in left)]
+    config = {k: v for k, v in quantization.items() if k != "dequantized_on_load"}
+    config[key] = kept
+    return [f"# transformers: {original} quantized on load again with the fix set's {len(modules)} linear "
+            f"layer{'s' * (len(modules) != 1)} added to {key} (beside the {len(left)} the candidate left in float)",
+            "import json",
+            f"from transformers import AutoModelForCausalLM, {kind}",
+            f"config = {kind}.from_dict(json.loads({json.dumps(json.dumps(config, sort_keys=True))}))",
+            f"model = AutoModelForCausalLM.from_pretrained({json.dumps(original)}, quantization_config=config, "
+            f"dtype={json.dumps(dtype)}, device_map={json.dumps(device)})",
+            'model.save_pretrained("fixed")']
+
+
 def _torchao(quantization: Mapping[str, Any]) -> str:
     kinds = []
     for entry in (quantization.get("quant_type") or {}).values():

@@ -152,7 +152,7 @@ class Blame:
     fixed: bool = False  # every blamed row passes with the fix set
     fix_cost: Cost | None = None
     recipe: list[str] = field(default_factory=list)  # how to make the fix set with the backend's own tools
-    recipe_tool: str = ""  # whose: "llama.cpp" (a llama-quantize command) or "llm-compressor" (a recipe in YAML)
+    recipe_tool: str = ""  # whose: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe in YAML) or "transformers" (Python)
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
     hybrids: int = 0  # the models scored on the blamed rows' items (parts, fix set steps, the original once if needed)

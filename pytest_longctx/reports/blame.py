@@ -19,7 +19,8 @@ HEADERS = ["rank", "part", "restore: far drift", "share", "excess share", "damag
 BARS = 40  # the parts a row's chart shows at most (its table shows them all)
 # a pair's recipe by its tool (Blame.recipe_tool): the line before it, and the language its lines are in
 RECIPES = {"llama.cpp": ("the fix set, made from the original by llama.cpp's quantizer:", "sh"),
-           "llm-compressor": ("the fix set, made from the original by llm-compressor with this recipe:", "yaml")}
+           "llm-compressor": ("the fix set, made from the original by llm-compressor with this recipe:", "yaml"),
+           "transformers": ("the fix set, made from the original by transformers with this quantization config:", "python")}
 
 
 def _recipe(found: Any) -> tuple[str, str]:

@@ -69,7 +69,8 @@ class Pair(Protocol):
         named ``label``; the models are as they were again when the context ends. ``reuse``: it reads
         the items ``base`` was recorded on, in the same calls, and may start from what was recorded."""
 
-    recipe_tool: str  # whose terms ``recipe`` is in: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe)
+    recipe_tool: str  # whose terms ``recipe`` is in: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe),
+    # "transformers" (the Python that quantizes on load with a quantization config)
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),

@@ -11,6 +11,7 @@ computes.
 """
 from __future__ import annotations
 
+import copy
 import re
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
@@ -52,6 +53,35 @@ def parameters(model: Any) -> dict[str, Any]:
     return {name: p for name, p in found.items() if not metadata(name)}
 
 
+def stored(parameter: Any) -> bool:
+    """Whether a parameter is held as its library runs it rather than as a plain floating-point tensor:
+    bitsandbytes' packed nf4 and int8, torchao's quantized tensor subclasses."""
+    import torch
+
+    return not parameter.is_floating_point() or type(parameter.data) is not torch.Tensor
+
+
+def stored_layers(original: Any, candidate: Any) -> set[str]:
+    """The modules (by name) either model holds as stored parameters (``stored``) under the same parameter
+    names as the other's: a hybrid swaps such a module whole, as its library runs it."""
+    found = set()
+    for model in (original, candidate):
+        for name, parameter in parameters(model).items():
+            if stored(parameter) and not name.endswith(PACKED):
+                found.add(name.rpartition(".")[0])
+    return found
+
+
+def stored_bytes(tensor: Any) -> int:
+    """The bytes a parameter takes as stored: a tensor subclass's inner tensors (torchao), bitsandbytes'
+    packed data with its scales (nf4's absmax, int8's SCB), else its elements."""
+    inner = getattr(tensor, "__tensor_flatten__", None)
+    if inner is not None and type(tensor.data).__name__ not in ("Tensor", "Parameter"):
+        return sum(stored_bytes(getattr(tensor, name)) for name in inner()[0])
+    scales = [getattr(getattr(tensor, "quant_state", None), "absmax", None), getattr(tensor, "SCB", None)]
+    return tensor.numel() * tensor.element_size() + sum(s.numel() * s.element_size() for s in scales if s is not None)
+
+
 def _names_of(model: Any, module: Any) -> set[str]:
     """The names under which ``module``'s weight is among the model's parameters (none without one)."""
     weight = getattr(module, "weight", None)
@@ -81,23 +111,24 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
     """Two checkpoints of one architecture: the same model class and type, the same parameter
-    names, the same shapes, weights held in floating point as plain tensors; else one line saying where
-    they differ."""
-    import torch
-
+    names, the same shapes outside the layers a library runs as it stores them (``stored_layers``),
+    no packed weights (compressed-tensors run compressed, under other names); else one line saying
+    where they differ."""
     kinds = [(type(m).__name__, getattr(m.config, "model_type", "?")) for m in (original, candidate)]
     if kinds[0] != kinds[1]:
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
     for model, option, name in ((original, "--reference", original_name), (candidate, "--model", candidate_name)):
-        stored = next((n for n, p in parameters(model).items()
-                       if n.endswith(PACKED) or not p.is_floating_point() or type(p.data) is not torch.Tensor), None)
-        if stored:
+        packed = next((n for n in parameters(model) if n.endswith(PACKED)), None)
+        if packed:
             said = quantized.describe(quantization_config(model), rounds_activations(model))
-            raise LongctxError(f"{option} {name} runs its layers as they are stored ({said}; {stored}): blame makes its "
-                               "hybrids of weights held in floating point, as weight-only schemes are loaded, and cannot "
-                               "split such layers into parts; the gate's verdict on it stands without blame")
-    shapes = [{n: tuple(p.shape) for n, p in parameters(m).items()} for m in (original, candidate)]
+            raise LongctxError(f"{option} {name} runs its layers compressed ({said}; {packed}): blame makes its "
+                               "hybrids of layers under the float model's names, as compressed-tensors loads them de-quantized "
+                               "where it has no kernel for them (on the CPU), and cannot split these into parts; the gate's "
+                               "verdict on it stands without blame")
+    swapped = stored_layers(original, candidate)
+    shapes = [{n: tuple(p.shape) for n, p in parameters(m).items() if n.rpartition(".")[0] not in swapped}
+              for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
 
@@ -108,8 +139,8 @@ def _dtypes(tensors: Iterable[Any]) -> str:
 def cost(original: Any, candidate: Any, parts: Iterable[Part]) -> Cost:
     mine, theirs = parameters(original), parameters(candidate)
     names = [n for part in parts for n in part.parameters]
-    return Cost(sum(mine[n].numel() for n in names), sum(mine[n].numel() * mine[n].element_size() for n in names),
-                sum(theirs[n].numel() * theirs[n].element_size() for n in names),
+    return Cost(sum(mine[n].numel() for n in names), sum(stored_bytes(mine[n]) for n in names),
+                sum(stored_bytes(theirs[n]) for n in names),
                 f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
 
 
@@ -120,7 +151,7 @@ def check_not_recast(original: Any, candidate: Any, original_name: str, candidat
     import torch
 
     mine, theirs = parameters(original), parameters(candidate)
-    if all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
+    if stored_layers(original, candidate) or all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
             torch.equal(mine[n].data.to(device=theirs[n].device, dtype=theirs[n].dtype), theirs[n].data) for n in mine):
         return
     ours, other = _dtypes(mine.values()), _dtypes(theirs.values())
@@ -138,18 +169,39 @@ class Hybrid:
     as it runs: its weight to its scheme (loaded de-quantized, the weight is on that grid already) and,
     where the scheme says so (W8A8), its input. Given the weight of a layer that does not
     round, it stops rounding; a plain layer given the weight of one that rounds its input rounds
-    its input so too, through compressed-tensors' own function."""
+    its input so too, through compressed-tensors' own function. A layer either side holds as its
+    library runs it (``swapped``: bitsandbytes, torchao) is swapped whole, the other model's module
+    put in its place (a plain one cast to the target's dtype)."""
 
-    def __init__(self, target: Any, source: Any):
+    def __init__(self, target: Any, source: Any, swapped: set[str] = frozenset()):
         self.models = target, source
         self.target, self.source = parameters(target), parameters(source)
+        self.swapped = swapped
         self.saved: dict[str, Any] = {}
+        self.modules: dict[str, Any] = {}  # a swapped layer's name -> the target's own module
         self.rounding: dict[Any, Any] = {}  # module -> its quantization_enabled before take
         self.hooks: list[Any] = []  # the input rounding of layers given a rounding layer's weight
+
+    def _put(self, name: str, module: Any) -> None:
+        parent, _, child = name.rpartition(".")
+        setattr(self.models[0].get_submodule(parent), child, module)
+
+    def _swap(self, name: str) -> None:
+        if name in self.modules:
+            return
+        mine, theirs = (model.get_submodule(name) for model in self.models)
+        self.modules[name] = mine
+        dtype = self.models[0].dtype  # the floating-point dtype the target computes in
+        if not any(stored(p) for p in theirs.parameters()) and next(theirs.parameters()).dtype != dtype:
+            theirs = copy.deepcopy(theirs).to(dtype)
+        self._put(name, theirs)
 
     def take(self, parts: Iterable[Part]) -> None:
         for part in parts:
             for name in part.parameters:
+                if name.rpartition(".")[0] in self.swapped:
+                    self._swap(name.rpartition(".")[0])
+                    continue
                 mine, theirs = self.target[name], self.source[name]
                 self.saved.setdefault(name, mine.data)
                 mine.data = theirs.data.to(device=mine.device, dtype=self.saved[name].dtype)
@@ -166,6 +218,9 @@ class Hybrid:
     def reset(self) -> None:
         for name, data in self.saved.items():
             self.target[name].data = data
+        for name, module in self.modules.items():
+            self._put(name, module)
+        self.modules.clear()
         for module, enabled in self.rounding.items():
             module.quantization_enabled = enabled
         for hook in self.hooks:
@@ -308,6 +363,8 @@ class StateDictPair:
         check_compatible(original, candidate, *names)
         check_not_recast(original, candidate, *names)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
+        self.swapped = stored_layers(original, candidate)
+        self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
 
@@ -332,13 +389,13 @@ class StateDictPair:
         import torch
 
         mine, theirs = parameters(self.models[ORIGINAL]), parameters(self.models[CANDIDATE])
-        return all(mine[n].dtype == theirs[n].dtype and torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))
-                   for n in part.parameters)
+        return all(n.rpartition(".")[0] not in self.swapped and mine[n].dtype == theirs[n].dtype
+                   and torch.equal(mine[n].data, theirs[n].data.to(mine[n].device)) for n in part.parameters)
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
         target = self.models[base]
-        made = Hybrid(target, self.models[CANDIDATE if base == ORIGINAL else ORIGINAL])
+        made = Hybrid(target, self.models[CANDIDATE if base == ORIGINAL else ORIGINAL], self.swapped)
         recorded = self.boundaries.get(base) if reuse and taken else None
         start = recorded.start(first_layer(target, taken)) if recorded else 0
         made.take(taken)
@@ -355,25 +412,32 @@ class StateDictPair:
         whole = max((sum(call[max(b.kept)].shape[1] for call in b.calls) * len(b.layers) for b in found), default=0)
         return {"scoring": whole, "skipped": sum(b.skipped for b in found), "bytes": sum(b.bytes() for b in found)}
 
-    recipe_tool = "llm-compressor"
 
     def recipe(self, kept: Sequence[Part]) -> list[str]:
-        """For a candidate llm-compressor made (its ``recipe.yaml`` beside the weights): that recipe with the
-        kept parts' linear layers in each quantizing modifier's ``ignore`` list (``quantized.recipe_keeping``),
-        and as a comment the kept tensors outside them that the candidate changed, which no ignore list
-        keeps. For any other candidate none: no one tool makes it with some parts kept."""
+        """The tool's own way to make the candidate with the kept parts' linear layers left in float: for a
+        candidate llm-compressor made (its ``recipe.yaml`` beside the weights), that recipe with them in each
+        quantizing modifier's ``ignore`` list (``quantized.recipe_keeping``); for one transformers quantized
+        on load (bitsandbytes, torchao), its quantization config with them in the modules it skips
+        (``quantized.config_keeping``); and as a comment the kept tensors outside them that the candidate
+        changed, which neither keeps. For any other candidate none: no one tool makes it with some parts kept."""
         import torch
 
-        made_by = recipe_file(self.models[CANDIDATE])
-        if made_by is None:
-            return []
-        original = self.models[ORIGINAL]
+        original, candidate = self.models[ORIGINAL], self.models[CANDIDATE]
         linear = {name for name, module in original.named_modules() if isinstance(module, torch.nn.Linear)}
         modules = list(dict.fromkeys(n.rpartition(".")[0] for p in kept for n in p.parameters if n.rpartition(".")[0] in linear))
-        where = str(getattr(original.config, "_name_or_path", "") or self.names[0])  # a folder or hub id oneshot takes
-        lines = quantized.recipe_keeping(made_by, modules, where) if modules else []
+        where = str(getattr(original.config, "_name_or_path", "") or self.names[0])  # a folder or hub id the tool takes
+        if not modules:
+            return []
+        if self.swapped:
+            left = [n for n, m in candidate.named_modules() if n in linear and not any(stored(p) for p in m.parameters())]
+            lines = quantized.config_keeping(quantization_config(candidate), left, modules, where,
+                                             str(candidate.dtype).removeprefix("torch."), str(candidate.device))
+        else:
+            made_by = recipe_file(candidate)
+            lines = quantized.recipe_keeping(made_by, modules, where) if made_by is not None else []
         outside = [n for p in kept for n in p.parameters if n.rpartition(".")[0] not in linear
                    and not self.unchanged(Part(n, (n,)))]
         if lines and outside:
-            lines.insert(2, f"# not kept by it: {', '.join(outside)}, which the candidate changed outside its linear layers")
+            comments = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+            lines.insert(comments, f"# not kept by it: {', '.join(outside)}, which the candidate changed outside its linear layers")
         return lines
