@@ -308,16 +308,29 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
 
 
 @each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "bnb-nf4", "bnb-int8")
-def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_it(kind, loaded, float_folder):
+def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_it(kind, loaded, checkpoints, float_folder):
     """The float model given every part of the candidate reads as the candidate, and the candidate given every
     part back as the float model: compressed-tensors, loaded de-quantized, by its weights (and its input
-    rounding); bitsandbytes' packed nf4 and int8 and torchao's int8 tensors, run as stored, by whole layers."""
+    rounding); bitsandbytes' packed nf4 and int8 and torchao's int8 tensors, run as stored, by whole layers,
+    costed in the bytes they are stored in."""
+    import torch
+
+    from pytest_longctx.backends.hybrids.parts import select_parts
     from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     pair = StateDictPair(plain.model, loaded(kind).model, None, ("float", kind))
     assert bool(pair.swapped) == (not kind.startswith("ct-"))
     checkpointkit.check_every_part_swaps(pair, plain, loaded(kind), backend_reads)
+    if kind.startswith("bnb-"):  # a layer's cost in the bytes bitsandbytes stores: 4 or 8 bits a weight, with its scales
+        fresh, _ = load_backend(str(checkpoints(kind)), "hf", "float32", "cpu")  # as loaded: no forward pass has repacked it
+        pair = StateDictPair(plain.model, fresh.model, None, ("float", kind))
+        layer = plain.model.model.layers[0]
+        linear = [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+        weights, rows = sum(w.numel() for w in linear), sum(w.shape[0] for w in linear)
+        norms = sum(p.numel() for n, p in layer.named_parameters() if "norm" in n) * 4  # float32, as they were
+        stored = weights // 2 + weights // 64 * 4 if kind == "bnb-nf4" else weights + rows * 4  # absmax a block of 64; SCB a row
+        assert pair.cost(select_parts(pair.parts("layer"), ["layer.0"], "layer")).candidate_bytes == stored + norms
 
 
 @each_kind("torchao-int8", "bnb-nf4", "bnb-int8")

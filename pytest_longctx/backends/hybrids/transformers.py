@@ -136,11 +136,12 @@ def _dtypes(tensors: Iterable[Any]) -> str:
     return ", ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
 
 
-def cost(original: Any, candidate: Any, parts: Iterable[Part]) -> Cost:
+def cost(original: Any, candidate: Any, parts: Iterable[Part], sizes: Sequence[dict[str, int]]) -> Cost:
+    """What ``parts`` hold in each model: parameters, and bytes as ``sizes`` (the original's, the
+    candidate's: ``stored_bytes`` of each parameter, taken as loaded) says."""
     mine, theirs = parameters(original), parameters(candidate)
     names = [n for part in parts for n in part.parameters]
-    return Cost(sum(mine[n].numel() for n in names), sum(stored_bytes(mine[n]) for n in names),
-                sum(stored_bytes(theirs[n]) for n in names),
+    return Cost(sum(mine[n].numel() for n in names), sum(sizes[0][n] for n in names), sum(sizes[1][n] for n in names),
                 f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
 
 
@@ -364,6 +365,8 @@ class StateDictPair:
         check_not_recast(original, candidate, *names)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
         self.swapped = stored_layers(original, candidate)
+        # bytes as loaded, before a forward pass (bitsandbytes may repack its scales on the first one)
+        self.sizes = [{n: stored_bytes(p) for n, p in parameters(model).items()} for model in (original, candidate)]
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
@@ -383,7 +386,7 @@ class StateDictPair:
         return model_parts(self.models[CANDIDATE], granularity)
 
     def cost(self, parts: Iterable[Part]) -> Cost:
-        return cost(self.models[ORIGINAL], self.models[CANDIDATE], parts)
+        return cost(self.models[ORIGINAL], self.models[CANDIDATE], parts, self.sizes)
 
     def unchanged(self, part: Part) -> bool:
         import torch
