@@ -144,6 +144,11 @@ def quantized_folders(out: str, paths: dict[str, Path]) -> None:
         assert "quantization_config" in json.loads((folder / "config.json").read_text()), folder
 
 
+def said_what_each_is(out: str, paths: dict[str, Path]) -> None:
+    """The table ends with what the gate says each candidate is, the model itself first."""
+    assert out.splitlines()[-2:] == ["the model itself: none", "torchao-int8: torchao int8 weight-only"], out
+
+
 def picture(out: str, paths: dict[str, Path]) -> None:
     head = (paths["tmp"] / "report.png").read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (1200, 1700)
@@ -214,6 +219,10 @@ SHAPES = [
     pytest.param(Shape("gate_validity.py", ("--baseline", "{baseline}", *TWO_K, "--sets", "tool_calls", "--only",
                                             "kv-int4", "--variants", "{variants}", "--results", "{tmp}/results", "--",
                                             "--longctx-data={data}")), marks=hf(), id="gate_validity"),
+    pytest.param(Shape("gate_validity.py", ("--backend", "checkpoints", "--checkpoints", "{tool_made}", "--baseline", "{baseline}",
+                                            *TWO_K, "--sets", "tool_calls", "--results", "{tmp}/results", "--",
+                                            "--longctx-data={data}"), said_what_each_is), marks=QUANTIZERS,
+                 id="gate_validity-checkpoints"),
     pytest.param(Shape("gate_validity.py", ("--backend", "llama.cpp", *TWO_K, "--sets", "facts", "--only",  # the F32 file alone
                                             "--variants", "{variants}", "--results", "{tmp}/results", "--",
                                             "--longctx-data={data}")), marks=LLAMA, id="gate_validity-llama.cpp"),
@@ -292,6 +301,16 @@ def tiny(tmp_path_factory) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def tool_made(tmp_path_factory) -> Path:
+    """SmolLM2 quantized by torchao (int8 weight-only), saved as benchmarks/quantized_variants.py saves it."""
+    out = tmp_path_factory.mktemp("tool-made")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "quantized_variants.py"), "--out", str(out), "--only", "torchao-int8"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="module")
