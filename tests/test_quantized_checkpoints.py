@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import needs, tiny_qwen3
 
-from pytest_longctx.backends import load_backend, quantized
-from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.backends import base, load_backend, quantized
+from pytest_longctx.backends.hf import TransformersBackend, weights_fingerprint
 from pytest_longctx.errors import LongctxError
 
 pytestmark = needs("torch", "transformers", install='pip install -e ".[hf]"')
@@ -307,6 +307,14 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
     assert meta["quantization"] == "bitsandbytes nf4" and "bitsandbytes" in meta["versions"]
 
 
+def pair_of(plain: TransformersBackend, candidate: TransformersBackend, kind: str) -> Any:
+    """Blame's pair of the float model and a candidate, each fingerprinted as loaded (its backend's, kept from then)."""
+    from pytest_longctx.backends.hybrids.transformers import StateDictPair
+
+    fingerprints = (plain.weights_fingerprint(), candidate.weights_fingerprint())
+    return StateDictPair(plain.model, candidate.model, None, ("float", kind), fingerprints)
+
+
 @each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "bnb-nf4", "bnb-int8")
 def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_it(kind, loaded, checkpoints, float_folder):
     """The float model given every part of the candidate reads as the candidate, and the candidate given every
@@ -316,21 +324,47 @@ def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_i
     import torch
 
     from pytest_longctx.backends.hybrids.parts import select_parts
-    from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
-    pair = StateDictPair(plain.model, loaded(kind).model, None, ("float", kind))
+    pair = pair_of(plain, loaded(kind), kind)
     assert bool(pair.swapped) == (not kind.startswith("ct-"))
     checkpointkit.check_every_part_swaps(pair, plain, loaded(kind), backend_reads)
     if kind.startswith("bnb-"):  # a layer's cost in the bytes bitsandbytes stores: 4 or 8 bits a weight, with its scales
         fresh, _ = load_backend(str(checkpoints(kind)), "hf", "float32", "cpu")  # as loaded: no forward pass has repacked it
-        pair = StateDictPair(plain.model, fresh.model, None, ("float", kind))
+        pair = pair_of(plain, fresh, kind)
         layer = plain.model.model.layers[0]
         linear = [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
         weights, rows = sum(w.numel() for w in linear), sum(w.shape[0] for w in linear)
         norms = sum(p.numel() for n, p in layer.named_parameters() if "norm" in n) * 4  # float32, as they were
         stored = weights // 2 + weights // 64 * 4 if kind == "bnb-nf4" else weights + rows * 4  # absmax a block of 64; SCB a row
         assert pair.cost(select_parts(pair.parts("layer"), ["layer.0"], "layer")).candidate_bytes == stored + norms
+
+
+@needs_bitsandbytes
+def test_blames_hybrids_leave_a_bitsandbytes_candidate_reading_as_loaded(checkpoints, float_folder):
+    """bitsandbytes 0.50, on a CPU with AVX-512 BF16, repacks its nf4 weights on the first forward pass, and its
+    state_dict() unpacks the weights again but leaves the layer's quant state packed: a model fingerprinted after a
+    read then reads garbage (SmolLM2's far drift went from 0.075 to 19 nats). Blame's hybrids carry their
+    fingerprint (the pair's, taken as loaded, and the parts'), so scoring them, which describes each, leaves the
+    candidate as it was; the candidate as the pair holds it keeps the fingerprint it was loaded with. Asked for
+    after such a read, a fingerprint is refused in one line instead of corrupting the model."""
+    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    candidate, _ = load_backend(str(checkpoints("bnb-nf4")), "hf", "float32", "cpu")
+    pair = pair_of(plain, candidate, "bnb-nf4")
+    want_top1, want = backend_reads(candidate)  # the first read: the weights are repacked where the CPU can
+    if any(getattr(getattr(p, "quant_state", None), "packing_format_for_cpu", False) for p in candidate.model.parameters()):
+        with pytest.raises(LongctxError, match=r"^model\.layers\.0\.self_attn\.q_proj\.weight: bitsandbytes repacked this layer"):
+            weights_fingerprint(candidate.model)  # would corrupt it: refused in one line instead
+    for name in ("layer.0", "layer.1"):
+        with pair.hybrid(CANDIDATE, select_parts(pair.parts("layer"), [name], "layer"), name) as hybrid:
+            assert base.describe(hybrid)["weights"] != candidate.describe()["weights"]
+            backend_reads(hybrid)
+    with pair.hybrid(CANDIDATE, [], "the candidate") as again:
+        assert base.describe(again)["weights"] == candidate.describe()["weights"]
+        top1, logprobs = backend_reads(again)
+    assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5
 
 
 @each_kind("torchao-int8", "bnb-nf4", "bnb-int8")
@@ -340,10 +374,9 @@ def test_blames_fix_set_as_the_config_that_transformers_quantizes_with_makes_the
     quantization config with those layers added to the modules it skips, run as printed (Python), makes the
     checkpoint that reads as the hybrid blame measured."""
     from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
-    from pytest_longctx.backends.hybrids.transformers import StateDictPair
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
-    pair = StateDictPair(plain.model, loaded(kind).model, None, ("float", kind))
+    pair = pair_of(plain, loaded(kind), kind)
     assert pair.recipe_tool == "transformers"
     kept = select_parts(pair.parts("block"), ["layer.0.mlp", "layer.1.attn"], "block")
     lines = pair.recipe(kept)

@@ -323,7 +323,11 @@ def smollm2_folder() -> str:
 class TransformersBackend:
     """Scores a loaded ``transformers`` causal LM; see the module docstring."""
 
-    def __init__(self, model: Any, tokenizer: Any = None, chunk_size: int = DEFAULT_CHUNK, name: str | None = None):
+    def __init__(self, model: Any, tokenizer: Any = None, chunk_size: int = DEFAULT_CHUNK, name: str | None = None,
+                 fingerprint: str | None = None):
+        """``fingerprint``: the weights' fingerprint where the caller knows it (blame's hybrids: from their
+        parents' and parts'), so that it is not computed from the model's state_dict, which bitsandbytes
+        corrupts once a forward pass has repacked its weights for the CPU."""
         _decompress_now(model)
         self.model = model
         self.tokenizer = tokenizer
@@ -332,7 +336,7 @@ class TransformersBackend:
         self.device = input_device(model)
         forward = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
-        self._fingerprint: str | None = None
+        self._fingerprint: str | None = fingerprint
         self.tokenizer_missing: str | None = None  # why there is no tokenizer, for the text mode's error
         self.recipe = recipe_file(model)  # the llm-compressor recipe saved beside its weights, if any
         self.press: Any = None  # a kvpress press each read's context is compressed with (``use_press``)
@@ -666,6 +670,11 @@ def weights_fingerprint(model: Any) -> str:
     """
     torch = _torch()
     digest = hashlib.sha256()
+    repacked = next((n for n, p in model.named_parameters() if getattr(getattr(p, "quant_state", None), "packing_format_for_cpu", False)),
+                    None)
+    if repacked:  # bitsandbytes' state_dict() would unpack it, and the layer would read garbage from then on
+        raise LongctxError(f"{repacked}: bitsandbytes repacked this layer for the CPU in a forward pass, and its state_dict() "
+                           "cannot undo that exactly: fingerprint the model as loaded, before it reads")
     state = model.state_dict()
     with torch.inference_mode():
         for name in sorted(state):

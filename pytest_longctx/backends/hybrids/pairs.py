@@ -26,4 +26,5 @@ def load_models(backend: str, reference: str, model: str, dtype: str = "auto", d
     if candidate.context_compression:
         raise LongctxError(f"--backend-option kv-cache: blame compares the parts of two models' weights, and "
                            f"{candidate.context_compression} changes how a model keeps its context, not its weights; leave it out")
-    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model))
+    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model),
+                         (original.weights_fingerprint(), candidate.weights_fingerprint()))

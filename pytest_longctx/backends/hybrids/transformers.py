@@ -12,13 +12,20 @@ computes.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_longctx.backends import quantized
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.hf import TransformersBackend, quantization_config, recipe_file, rounds_activations
+from pytest_longctx.backends.hf import (
+    TransformersBackend,
+    quantization_config,
+    recipe_file,
+    rounds_activations,
+    weights_fingerprint,
+)
 from pytest_longctx.backends.hybrids.parts import (
     CANDIDATE,
     ORIGINAL,
@@ -360,10 +367,15 @@ class Boundaries:
 class StateDictPair:
     """Two loaded transformers models of one architecture (checked) as a ``Pair``: hybrids in place."""
 
-    def __init__(self, original: Any, candidate: Any, tokenizer: Any, names: tuple[str, str] = ("original", "candidate")):
+    def __init__(self, original: Any, candidate: Any, tokenizer: Any, names: tuple[str, str] = ("original", "candidate"),
+                 fingerprints: tuple[str, str] | None = None):
+        """``fingerprints``: each model's weights fingerprint as loaded, where known (else computed here, before
+        any hybrid reads): a hybrid's is made of them, never from its state_dict (``hybrid``)."""
         check_compatible(original, candidate, *names)
         check_not_recast(original, candidate, *names)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
+        found = fingerprints or (weights_fingerprint(original), weights_fingerprint(candidate))
+        self.fingerprints = {ORIGINAL: found[0], CANDIDATE: found[1]}
         self.swapped = stored_layers(original, candidate)
         # bytes as loaded, before a forward pass (bitsandbytes may repack its scales on the first one)
         self.sizes = [{n: stored_bytes(p) for n, p in parameters(model).items()} for model in (original, candidate)]
@@ -397,16 +409,27 @@ class StateDictPair:
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
-        target = self.models[base]
-        made = Hybrid(target, self.models[CANDIDATE if base == ORIGINAL else ORIGINAL], self.swapped)
+        target, other = self.models[base], CANDIDATE if base == ORIGINAL else ORIGINAL
+        made = Hybrid(target, self.models[other], self.swapped)
         recorded = self.boundaries.get(base) if reuse and taken else None
         start = recorded.start(first_layer(target, taken)) if recorded else 0
         made.take(taken)
         try:
             with recorded.starting(start) if recorded else nullcontext():
-                yield TransformersBackend(target, self.tokenizer, name=label)  # a fresh one: the weights changed
+                # a fresh one (the weights changed), fingerprinted by what it is made of
+                yield TransformersBackend(target, self.tokenizer, name=label, fingerprint=self.fingerprint(base, taken))
         finally:
             made.reset()
+
+    def fingerprint(self, base: str, taken: Sequence[Part]) -> str:
+        """The weights fingerprint of ``base`` holding ``taken`` from the other side: ``base``'s as loaded when
+        nothing is taken, else a digest of both sides' and the taken tensors' names."""
+        mine = self.fingerprints[base]
+        if not taken:
+            return mine
+        other = self.fingerprints[CANDIDATE if base == ORIGINAL else ORIGINAL]
+        names = sorted(n for part in taken for n in part.parameters)
+        return hashlib.sha256("|".join([mine, other, *names]).encode()).hexdigest()[:len(mine)]
 
     def reuse_figures(self) -> dict[str, int]:
         """What the recorded boundaries saved: the token-layers a whole scoring of the items runs, those the
