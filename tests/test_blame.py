@@ -509,6 +509,8 @@ def test_the_budget_stops_the_search_and_says_what_is_left(qwen_tokenizer, datas
     assert not found.fix_set and not found.fixed
     assert found.notes[0] == (f"the budget of 4 hybrids (--budget) ended before 6 changed part(s) were measured: "
                               f"{', '.join(untested)}; they are in neither the ranking's figures nor the fix set")
+    assert found.notes[1] == ("no part measured restores or causes any of the far drift: the damage lies in parts the budget "
+                              "left unmeasured (--budget) or in how the parts interact")
 
 
 def test_a_part_the_first_round_clears_is_found_again_from_the_fix_sets_hybrid(qwen_tokenizer, dataset):

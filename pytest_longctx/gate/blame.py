@@ -547,7 +547,9 @@ def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_par
             _measure(found, scorer, more, limit)
             found.fix_steps, found.fix_moves = [], []
             kept, left, budget, flag = search()
-    elsewhere = "in how the parts interact" if every_part else "in parts not measured (--parts) or in how the parts interact"
+    unmeasured = [*(["in parts the budget left unmeasured (--budget)"] if any(p.searched == "untested" for p in found.parts) else []),
+                  *([] if every_part else ["in parts not measured (--parts)"])]
+    elsewhere = " or ".join([*unmeasured, "in how the parts interact"])
     if not found.fix_set:
         found.notes.append(f"no part measured restores or causes any of the far drift: the damage lies {elsewhere}")
     elif not found.fixed and left:
