@@ -288,3 +288,16 @@ def test_distance_buckets_share_hits_per_bucket():
     assert [(b.label, b.count, b.baseline, b.model) for b in buckets(targets, "facts")] == [
         ("< 512", 2, 1.0, 0.5), ("512-1k", 1, 1.0, 1.0), ("2k-4k", 1, 0.0, 0.0), (">= 32k", 1, 1.0, 0.0)]
     assert [(b.label, b.count, b.model) for b in buckets(targets, "tool_calls")] == [("512-1k", 1, 0.0)]
+
+
+@pytest.mark.parametrize("meta, said", [
+    ({"quantization": "bitsandbytes nf4"}, "bitsandbytes nf4"),
+    ({"quantization": "none", "kv_cache": "auto"}, ""),  # vLLM's cache in the model's own dtype: nothing to say
+    ({"kv_cache": "fp8_e4m3"}, "under a KV cache in fp8_e4m3"),  # vLLM's name for its cache dtype
+    ({"kv_cache": "quantized KV cache fp8"}, "under a quantized KV cache fp8"),  # the transformers backend's
+    ({"quantization": "torchao int8 weight-only", "kv_press": "snapkv"}, "torchao int8 weight-only; under the KV-cache press snapkv"),
+])
+def test_the_summary_says_what_the_model_is_and_what_compresses_its_context(meta, said):
+    from pytest_longctx.reports.text import what_it_is
+
+    assert what_it_is(meta) == said

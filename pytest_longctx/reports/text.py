@@ -93,15 +93,22 @@ def quantization(meta: dict[str, Any]) -> str:
     return "" if found in (None, "", "none") else str(found)
 
 
+def what_it_is(meta: dict[str, Any]) -> str:
+    """What the model is (its quantization) and what compresses its context as it reads (a press, a
+    KV cache in another dtype: ``quantized KV cache fp8`` as transformers names it, vLLM's cache dtype,
+    whose ``auto`` is the model's own), for the summary's first line; empty for none of them."""
+    cache = str(meta.get("kv_cache") or "")
+    cache = "" if cache in ("", "auto") else cache if "KV cache" in cache else f"KV cache in {cache}"
+    return "; ".join(filter(None, (quantization(meta), f"under the KV-cache press {meta['kv_press']}" if meta.get("kv_press") else "",
+                                   f"under a {cache}" if cache else "")))
+
+
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     options = run.options
     baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
     scored = sum(1 for _ in run.scores.items())
     model = without_credentials(str(options.model))
-    meta = run.scores.meta
-    # what the model is (its quantization) and what compresses its context as it reads (a press, a quantized KV cache)
-    what = "; ".join(filter(None, (quantization(meta), f"under the KV-cache press {meta['kv_press']}" if meta.get("kv_press") else "",
-                                   f"under a {meta['kv_cache']}" if meta.get("kv_cache") else "")))
+    what = what_it_is(run.scores.meta)
     lines = [visible(f"longctx gate: {model}{f' ({what})' if what else ''} against {baseline}; "
                      f"mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
