@@ -66,31 +66,26 @@ REFERENCE = "F32 (reference)"
 PACKAGED = "Q4_1"  # the packaged file the F32 reference was dequantized from
 
 
-def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str], out: Path) -> tuple[int, int]:
-    """(exit status, failed tests) of one pytest run of the gate; its results JSON goes to ``out``."""
+def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str], out: Path) -> int:
+    """The exit status of one pytest run of the gate; its results JSON goes to ``out``, its output to the log
+    beside it (``failed_tests`` counts them there)."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
                    f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
-        failed = failed_in(done.stdout)
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
             raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         (out.parent / f"{out.stem}.log").write_text(done.stdout)
-        return done.returncode, failed
-
-
-def failed_in(log: str) -> int:
-    """The failed tests a pytest run's output lists."""
-    return sum(1 for line in log.splitlines() if line.startswith("FAILED"))
+        return done.returncode
 
 
 def failed_tests(results: Path) -> int | str:
-    """The failed tests of the run that wrote ``results``, from the log kept beside it."""
+    """The failed tests of the run that wrote ``results``, as the pytest output kept beside it lists them."""
     log = results.parent / f"{results.stem}.log"
-    return failed_in(log.read_text()) if log.exists() else "n/a"
+    return sum(1 for line in log.read_text().splitlines() if line.startswith("FAILED")) if log.exists() else "n/a"
 
 
 def compared(baseline: Path, results: Path, **thresholds: float) -> object:
@@ -247,7 +242,7 @@ def main() -> None:
     selection = [f"--longctx-sets={args.sets}"] if args.sets else []
     prefix = "llama.cpp-" if llama else ""
     files = {name: args.results / f"{prefix}{name.replace(' ', '-')}.json" for name in names}
-    outcomes: dict[str, tuple[int, int]] = {}
+    outcomes: dict[str, int] = {}  # the exit status of each candidate gated in this run
     if not (args.reuse and all(path.exists() for path in files.values())):
         candidates = {"llama.cpp": llama_candidates, "checkpoints": checkpoint_candidates}.get(args.backend, hf_candidates)(args)
         args.results.mkdir(parents=True, exist_ok=True)
@@ -270,7 +265,7 @@ def main() -> None:
         body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
     body += drift_lines(point)
     body.append(["failed tests", *(str(failed_tests(files[name])) for name in names)])
-    assert all((code == 0) == point[name].passed for name, (code, _) in outcomes.items())  # compare judges as the gate
+    assert all((code == 0) == point[name].passed for name, code in outcomes.items())  # compare judges as the gate
     body.append(["gate (point estimate)", *(point[name].verdict for name in names)])
     body.append([f"gate (--longctx-alpha {ALPHA:g})", *(alpha[name].verdict for name in names)])
     print(f"backend {args.backend}; baseline {args.baseline}; lengths {args.lengths}; --longctx-limit {args.limit}"
