@@ -24,6 +24,14 @@ Without ``--model`` the float model is a tiny random qwen3 (width 128, 2 layers,
 * ``w8a8``: W8A8, int8 weights per channel and int8 activations rounded per token as the model
   runs (vLLM's int8 kernels), round to nearest
 * ``w8a8-smoothquant``: SmoothQuant (strength 0.8), then W8A8
+* ``w8a16``: the preset W8A16 (int8 weights in groups of 128), round to nearest
+* ``fp8-dynamic``: FP8_DYNAMIC, float8 (e4m3) weights per channel and float8 activations rounded
+  per token as the model runs
+* ``fp8-block``: FP8_BLOCK, float8 weights in blocks of 128x128 and float8 activations rounded in
+  groups of 128 as the model runs
+* ``nvfp4a16``: NVFP4A16, float4 (e2m1) weights in groups of 16 with float8 scales and one float32
+  scale per tensor
+* ``mxfp4a16``: MXFP4A16, float4 (e2m1) weights in groups of 32 with power-of-two scales
 * ``w4a16-gptq`` / ``w4a16-gptq-gN``: GPTQ in groups of 128 / N
 * ``w4a16-awq-gN``: AWQ's activation-aware scales (llm-compressor's own mappings for the
   architecture), then int4 in groups of N, round to nearest
@@ -44,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("w4a16", "w4a16-g32", "w4a16-ignore", "w8a8", "w8a8-smoothquant", "w4a16-gptq", "w4a16-awq-g32",
-         "w4a16-autoround-g32")
+         "w4a16-autoround-g32", "w8a16", "fp8-dynamic", "fp8-block", "nvfp4a16", "mxfp4a16")
+# the kinds that are one of llm-compressor's preset schemes, rounded to nearest, by the preset's name
+PRESETS = {"w8a8": "W8A8", "w8a16": "W8A16", "fp8-dynamic": "FP8_DYNAMIC", "fp8-block": "FP8_BLOCK",
+           "nvfp4a16": "NVFP4A16", "mxfp4a16": "MXFP4A16"}
 # the first layer's attention and every layer's down_proj stay in float in ``w4a16-ignore``
 IGNORED = ["lm_head", r"re:.*layers\.0\.self_attn\..*", r"re:.*mlp\.down_proj$"]
 SMOOTHING = 0.8
@@ -102,8 +113,8 @@ def recipe(kind: str, iters: int = ITERS) -> tuple[list[Any], bool]:
         return [QuantizationModifier(targets="Linear", ignore=["lm_head"], **scheme)], False
     if kind == "w4a16-ignore":
         return [QuantizationModifier(targets="Linear", scheme="W4A16", ignore=IGNORED)], False
-    if kind == "w8a8":
-        return [QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])], False
+    if kind in PRESETS:
+        return [QuantizationModifier(targets="Linear", scheme=PRESETS[kind], ignore=["lm_head"])], False
     if kind == "w8a8-smoothquant":
         return [SmoothQuantModifier(smoothing_strength=SMOOTHING),
                 QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])], True

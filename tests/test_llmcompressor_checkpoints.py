@@ -45,7 +45,14 @@ KINDS = {
     "w4a16-gptq": f"W4A16, groups of 128; {GPTQ}",
     "w4a16-awq-g32": f"W4A16, groups of 32; AWQ, {RTN}",
     "w4a16-autoround-g32": "W4A16, groups of 32; AutoRound",
+    "w8a16": f"W8A16, groups of 128; {RTN}",
+    "fp8-dynamic": f"W8A8, float8 weights per channel, float8 activations dynamic per token, rounded as they run; {RTN}",
+    "fp8-block": f"W8A8, float8 weights in blocks of 128x128, float8 activations dynamic per group of 128, rounded as they run; {RTN}",
+    "nvfp4a16": f"W4A16, float4 weights in groups of 16 with a scale per tensor too (NVFP4); {RTN}",
+    "mxfp4a16": f"W4A16, float4 weights in groups of 32 (MXFP4); {RTN}",
 }
+# the kinds that round their activations as they run
+ROUNDING = ("w8a8", "w8a8-smoothquant", "fp8-dynamic", "fp8-block")
 IDS = np.random.default_rng(0).integers(0, 128, 300).tolist()  # the tiny model's 128 tokens
 POSITIONS = list(range(0, 299, 7))
 CUT = 150
@@ -83,38 +90,72 @@ naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
 # --------------------------------------------------------------- the same model, made by hand
 
 
-def unpack_int4(words: np.ndarray, columns: int) -> np.ndarray:
-    """Signed 4-bit values from int32 words, eight a word, the first in the lowest bits, each
-    stored plus 8 (0..15 for -8..7): [rows, words] -> [rows, columns]."""
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)  # float4's magnitudes by their three low bits
+FLOAT8_MAX = 448.0  # the largest float8 e4m3 number
+
+
+def unpack_ints(words: np.ndarray, columns: int, bits: int) -> np.ndarray:
+    """Signed ``bits``-bit values from int32 words, 32 / bits a word, the first in the lowest bits,
+    each stored plus 2**(bits - 1) (0..15 for -8..7 at 4 bits): [rows, words] -> [rows, columns]."""
     unsigned = words.astype(np.int64) & 0xFFFFFFFF  # [rows, words]
-    nibbles = np.stack([(unsigned >> (4 * k)) & 0xF for k in range(8)], axis=-1)  # [rows, words, 8]
-    return nibbles.reshape(words.shape[0], -1)[:, :columns] - 8
+    values = np.stack([(unsigned >> (bits * k)) & ((1 << bits) - 1) for k in range(32 // bits)], axis=-1)
+    return values.reshape(words.shape[0], -1)[:, :columns] - (1 << (bits - 1))
+
+
+def unpack_float4(packed: np.ndarray) -> np.ndarray:
+    """float4 (e2m1) values from bytes, two a byte, the first in the low four bits, each a sign bit
+    over three bits that index E2M1: [rows, bytes] -> [rows, 2 * bytes]."""
+    nibbles = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+    return np.where(nibbles & 0x8, -1.0, 1.0).astype(np.float32) * E2M1[nibbles & 0x7]
+
+
+def scales(tensors: dict[str, np.ndarray], layer: str, weights: dict[str, Any]) -> np.ndarray:
+    """A layer's weight scales as float32 [rows, groups] (one group a row: per channel); MXFP4's
+    are stored as exponents (2**(e - 127)), NVFP4's are divided by the layer's global scale."""
+    scale = tensors[f"{layer}.weight_scale"]
+    if weights.get("scale_dtype") == "torch.uint8":
+        return np.exp2(scale.astype(np.float32) - 127)
+    global_scale = tensors.get(f"{layer}.weight_global_scale")
+    return scale.astype(np.float32) / (global_scale if global_scale is not None else 1)
 
 
 def de_quantized(folder: Path) -> tuple[dict[str, np.ndarray], set[str]]:
-    """The checkpoint's weights as float32, each quantized one its integers times its scale (per
-    output row, or per group of inputs), and the names of the quantized layers."""
+    """The checkpoint's weights as float32, each quantized one its integers (or float8 / float4
+    values) times its scale (per output row, per group of inputs or per block), and the names of
+    the quantized layers. NVFP4's are rounded to bfloat16 after, as compressed-tensors hands them
+    over (the product of three scales is not a bfloat16 number in general)."""
     import torch
     from safetensors.torch import load_file
 
-    # numpy has no bfloat16, in which AutoRound stores the layers it leaves alone (the norms): widened exactly
-    tensors = {name: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for name, t in load_file(folder / "model.safetensors").items()}
+    config_groups = json.loads((folder / "config.json").read_text())["quantization_config"]["config_groups"]
+    weights_scheme = next(iter(config_groups.values()))["weights"]  # every kind here has one scheme
+    # numpy has neither bfloat16 (AutoRound stores the layers it leaves alone in it) nor float8: widened exactly
+    tensors = {name: (t.float() if t.dtype in (torch.bfloat16, torch.float8_e4m3fn) else t).numpy()
+               for name, t in load_file(folder / "model.safetensors").items()}
     weights: dict[str, np.ndarray] = {}
     quantized: set[str] = set()
     for name, tensor in tensors.items():
         layer, _, kind = name.rpartition(".")
-        if kind == "weight_packed":
-            rows, columns = (int(n) for n in tensors[f"{layer}.weight_shape"])
-            ints = unpack_int4(tensor, columns)  # [rows, columns]
+        if kind == "weight_packed" and tensor.dtype == np.uint8:
+            values = unpack_float4(tensor)  # [rows, columns]
+        elif kind == "weight_packed":
+            columns = int(tensors[f"{layer}.weight_shape"][1])
+            values = unpack_ints(tensor, columns, weights_scheme["num_bits"]).astype(np.float32)
         elif kind == "weight" and f"{layer}.weight_scale" in tensors:
-            ints = tensor.astype(np.int64)  # int8 stored as is
+            values = tensor.astype(np.float32)  # int8 or float8 stored as is
         else:
-            if kind not in ("weight_scale", "weight_shape", "weight_zero_point"):
+            if kind not in ("weight_scale", "weight_shape", "weight_zero_point", "weight_global_scale"):
                 weights[name] = tensor.astype(np.float32)
             continue
-        scale = tensors[f"{layer}.weight_scale"].astype(np.float32)  # [rows, groups]
-        groups = ints.reshape(ints.shape[0], scale.shape[1], -1).astype(np.float32)  # [rows, groups, per group]
-        weights[f"{layer}.weight"] = (groups * scale[..., None]).reshape(ints.shape)
+        scale = scales(tensors, layer, weights_scheme)  # [rows, groups], or [row blocks, column blocks]
+        if weights_scheme["strategy"] == "block":
+            rows, columns = weights_scheme["block_structure"]
+            scale = np.repeat(np.repeat(scale, rows, axis=0), columns, axis=1)[:values.shape[0], :values.shape[1]]
+        groups = values.reshape(values.shape[0], scale.shape[1], -1)  # [rows, groups, per group]
+        weight = (groups * scale[..., None]).reshape(values.shape)
+        if weights_scheme["strategy"] == "tensor_group":
+            weight = torch.from_numpy(weight).to(torch.bfloat16).float().numpy()
+        weights[f"{layer}.weight"] = weight
         quantized.add(layer)
     return weights, quantized
 
@@ -127,9 +168,19 @@ def round_per_token(x: Any, divisor: float) -> Any:
     return torch.clamp(torch.round(x / step), -128, 127) * step
 
 
-def hand_made(folder: Path, divisor: float | None = None) -> Any:
-    """The plain float model of ``folder``'s config with its de-quantized weights; with ``divisor``
-    every quantized layer's input rounded per token first (see round_per_token)."""
+def round_to_float8(x: Any, group: int | None = None) -> Any:
+    """Each token's vector (or each group of ``group`` of its numbers) scaled so that its largest
+    magnitude is float8's largest, 448, rounded to the nearest float8 e4m3 number and scaled back."""
+    import torch
+
+    pieces = x.reshape(*x.shape[:-1], -1, group or x.shape[-1])  # [..., groups, per group]
+    scale = (pieces.abs().amax(dim=-1, keepdim=True) / FLOAT8_MAX).clamp_min(torch.finfo(x.dtype).eps)
+    return ((pieces / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale).reshape(x.shape)
+
+
+def hand_made(folder: Path, rounding: Any = None) -> Any:
+    """The plain float model of ``folder``'s config with its de-quantized weights; with ``rounding``
+    (a function of a tensor) every quantized layer's input rounded by it first."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -139,9 +190,9 @@ def hand_made(folder: Path, divisor: float | None = None) -> Any:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     weights, quantized = de_quantized(folder)
     model.load_state_dict({name: torch.from_numpy(w) for name, w in weights.items()}, strict=True)
-    if divisor is not None:
+    if rounding is not None:
         for name in quantized:
-            model.get_submodule(name).register_forward_pre_hook(lambda _, args: (round_per_token(args[0], divisor),))
+            model.get_submodule(name).register_forward_pre_hook(lambda _, args: (rounding(args[0]),))
     return model
 
 
@@ -155,15 +206,30 @@ def test_the_checkpoints_record_what_made_them(made):
         assert (made / kind / "recipe.yaml").is_file()
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if not k.startswith("w8a8")])
-def test_w4a16_reads_equal_a_naive_pass_of_the_model_de_quantized_by_hand(kind, made, loaded):
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ROUNDING])
+def test_weight_only_reads_equal_a_naive_pass_of_the_model_de_quantized_by_hand(kind, made, loaded):
     backend = loaded(kind)
     top1, logprobs = backend_reads(backend)
     want_top1, want_logprobs = naive_reads(hand_made(made / kind))
     assert top1 == want_top1
     assert np.max(np.abs(logprobs - want_logprobs)) <= 1e-5
     float_logprobs = backend_reads(TransformersBackend.load(str(made / "float"), dtype="float32", device="cpu"))[1]
-    assert np.max(np.abs(float_logprobs - logprobs)) > 1e-3  # 4-bit weights: far from the float model
+    assert np.max(np.abs(float_logprobs - logprobs)) > 1e-3  # rounded weights: far from the float model
+
+
+@pytest.mark.parametrize("kind, group", [("fp8-dynamic", None), ("fp8-block", 128)])
+def test_float8_activations_are_rounded_to_float8_as_they_run(kind, group, made, loaded):
+    """FP8_DYNAMIC rounds each token's input to every quantized layer to float8 e4m3 on a scale of its
+    largest magnitude / 448, FP8_BLOCK each group of 128 of its numbers: the reads are the hand-made
+    model rounding so, to float32 rounding; the same model with its activations left alone reads
+    measurably otherwise."""
+    top1, logprobs = backend_reads(loaded(kind))
+    want_top1, want = naive_reads(hand_made(made / kind, partial(round_to_float8, group=group)))
+    unrounded = naive_reads(hand_made(made / kind))[1]
+    gap, weights_only = float(np.max(np.abs(logprobs - want))), float(np.max(np.abs(logprobs - unrounded)))
+    print(f"\n{kind} reads against the hand-made model, largest gap in nats: {gap} (its weights alone: {weights_only})")
+    assert top1 == want_top1 and gap <= 1e-5
+    assert weights_only > 10 * max(gap, 1e-6)
 
 
 @pytest.mark.parametrize("kind", ["w8a8", "w8a8-smoothquant"])
@@ -177,7 +243,7 @@ def test_w8a8_activations_are_rounded_on_compressed_tensors_grid_not_vllms(kind,
     folder = made / kind
     gaps = {}
     for name, divisor in (("compressed-tensors", 127.5), ("vLLM", 127.0), ("weights only", None)):
-        want_top1, want = naive_reads(hand_made(folder, divisor))
+        want_top1, want = naive_reads(hand_made(folder, divisor and partial(round_per_token, divisor=divisor)))
         gaps[name] = float(np.max(np.abs(logprobs - want)))
         if name == "compressed-tensors":
             assert top1 == want_top1
@@ -219,7 +285,7 @@ def test_the_backend_says_what_each_is_and_who_made_it(made, loaded):
 
 
 def test_each_quantization_has_its_own_fingerprint(loaded):
-    """The same float model made eight ways: eight weight digests; the config digest follows the
+    """The same float model made thirteen ways: thirteen weight digests; the config digest follows the
     scheme (GPTQ's records its activation order, the ignore list its layers), so the methods that
     change only weights share the config of round to nearest in the same scheme: SmoothQuant
     W8A8's, AWQ's and AutoRound's groups of 32 that of w4a16-g32."""
@@ -295,7 +361,7 @@ def test_a_recipe_with_tuples_keeps_them_and_says_its_calibration_moves_the_othe
     assert yaml.full_load("\n".join(lines)) == want
 
 
-@pytest.mark.parametrize("kind", ["w4a16", "w8a8", "w8a8-smoothquant"])
+@pytest.mark.parametrize("kind", ["w4a16", "w8a8", "w8a8-smoothquant", "fp8-dynamic", "nvfp4a16"])
 def test_blames_hybrids_with_every_part_swapped_read_as_the_other_model(kind, made, loaded):
     """A compressed-tensors layer rounds as it runs (its weight to its scheme, W8A8 also its input): the
     candidate with every part restored reads as the float model (no layer rounds any more), and the

@@ -203,7 +203,13 @@ FP8_TOKEN = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tok
     ({"quant_method": "compressed-tensors", "config_groups": {
         "group_0": {"weights": {**FP8_CHANNEL, "strategy": "block", "block_structure": [128, 128]},
                     "input_activations": {**FP8_TOKEN, "strategy": "group", "group_size": 128}}}},
-     "compressed-tensors W8A8, float8 weights in blocks of 128x128, float8 activations dynamic per group, rounded as they run"),
+     "compressed-tensors W8A8, float8 weights in blocks of 128x128, float8 activations dynamic per group of 128, rounded as they run"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "weights": {
+        "num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group", "group_size": 16}}}},
+     "compressed-tensors W4A16, float4 weights in groups of 16 with a scale per tensor too (NVFP4)"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"format": "mxfp4-pack-quantized", "weights": {
+        "num_bits": 4, "type": "float", "symmetric": True, "strategy": "group", "group_size": 32}}}},
+     "compressed-tensors W4A16, float4 weights in groups of 32 (MXFP4)"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {**W8_CHANNEL, "num_bits": 4}}}},
      "compressed-tensors W4A16, per channel"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {**W4A16_G16, "symmetric": False}}}},

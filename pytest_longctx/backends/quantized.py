@@ -31,8 +31,9 @@ TORCHAO_KINDS = {
 }
 
 # what a compressed-tensors scheme's strategy means for its weights
-GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "group": "per group",
-               "tensor_group": "per tensor and group"}
+GRANULARITY = {"channel": "per channel", "tensor": "per tensor", "token": "per token", "group": "per group"}
+# compressed-tensors' formats that a scheme's numbers alone do not name
+FORMATS = {"nvfp4-pack-quantized": "NVFP4", "mxfp4-pack-quantized": "MXFP4"}
 
 
 # llm-compressor's modifiers by the method each applies, in the words their authors use
@@ -252,19 +253,22 @@ def _scheme(group: Mapping[str, Any], activations_rounded: bool) -> str:
     kind = "float" if weights.get("type") == "float" else "int"
     if strategy == "group":
         where = f"groups of {weights.get('group_size')}"
+    elif strategy == "tensor_group":
+        where = f"groups of {weights.get('group_size')} with a scale per tensor too"
     elif strategy == "block":
         where = f"blocks of {'x'.join(map(str, weights.get('block_structure') or []))}"
     else:
         where = GRANULARITY.get(strategy, strategy or "")
     if inputs or kind == "float":  # the name alone (W8A8) does not say the weights' type then
-        where = f"{kind}{weights.get('num_bits')} weights {'in ' if strategy in ('group', 'block') else ''}{where}".strip()
+        where = f"{kind}{weights.get('num_bits')} weights {'in ' if strategy in ('group', 'tensor_group', 'block') else ''}{where}".strip()
     if where:
-        words.append(where)
+        words.append(where + (f" ({FORMATS[group['format']]})" if group.get("format") in FORMATS else ""))
     if weights and not weights.get("symmetric", True):
         words.append("asymmetric")
     if inputs:
         timing = "dynamic" if inputs.get("dynamic") else "static"
-        where = GRANULARITY.get(inputs.get("strategy"), inputs.get("strategy"))
+        where = (f"per group of {inputs.get('group_size')}" if inputs.get("strategy") == "group"
+                 else GRANULARITY.get(inputs.get("strategy"), inputs.get("strategy")))
         words.append(f"{'float' if inputs.get('type') == 'float' else 'int'}{inputs.get('num_bits')} activations {timing} {where}, "
                      + ("rounded as they run" if activations_rounded
                         else "not rounded here: the weights alone are judged (vLLM's backend runs the activations too)"))
