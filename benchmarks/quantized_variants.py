@@ -3,6 +3,10 @@ saved as its library saves it, to gate with the transformers backend
 (docs/backends.md#quantized-checkpoints). Round to nearest, every linear layer but the LM head:
 
 * ``torchao-int8``: torchao int8 weight-only, through transformers' TorchAoConfig
+* ``torchao-int4-gN``: torchao int4 weight-only in groups of N (IntxWeightOnlyConfig: the int4
+  layout that runs and saves on the CPU; Int4WeightOnlyConfig's default needs a CUDA library)
+* ``torchao-int8-dynamic``: torchao int8 weights per channel, int8 activations rounded per token
+  as the model runs
 * ``bnb-nf4``, ``bnb-int8``: bitsandbytes nf4 (computed in float32) and LLM.int8(), through BitsAndBytesConfig
 * ``ct-w4a16-gN``: compressed-tensors W4A16 in groups of N (``pack-quantized``)
 * ``ct-w8a8``: compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token
@@ -21,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-KINDS = ("torchao-int8", "bnb-nf4", "bnb-int8", "ct-w4a16-g64", "ct-w8a8")
+KINDS = ("torchao-int8", "torchao-int4-g64", "torchao-int8-dynamic", "bnb-nf4", "bnb-int8", "ct-w4a16-g64", "ct-w8a8")
 W8_CHANNEL = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}
 A8_TOKEN = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
 
@@ -84,10 +88,20 @@ def make(kind: str, source: Path, out: Path) -> Path:
     from transformers import BitsAndBytesConfig, TorchAoConfig
 
     grouped = re.fullmatch(r"ct-w4a16-g(\d+)", kind)
+    int4 = re.fullmatch(r"torchao-int4-g(\d+)", kind)
     if kind == "torchao-int8":
         from torchao.quantization import Int8WeightOnlyConfig
 
         return saved_by_transformers(source, out, TorchAoConfig(Int8WeightOnlyConfig()))
+    if int4:
+        from torchao.quantization import IntxWeightOnlyConfig, PerGroup
+
+        return saved_by_transformers(source, out, TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int4,
+                                                                                      granularity=PerGroup(int(int4.group(1))))))
+    if kind == "torchao-int8-dynamic":
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+
+        return saved_by_transformers(source, out, TorchAoConfig(Int8DynamicActivationInt8WeightConfig()))
     if kind == "bnb-nf4":
         return saved_by_transformers(source, out, BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                                                      bnb_4bit_compute_dtype=torch.float32), device_map="cpu")
@@ -97,7 +111,7 @@ def make(kind: str, source: Path, out: Path) -> Path:
         return saved_by_compressed_tensors(source, out, w4a16(int(grouped.group(1))))
     if kind == "ct-w8a8":
         return saved_by_compressed_tensors(source, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
-    raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} (ct-w4a16-gN for other groups)")
+    raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} (ct-w4a16-gN, torchao-int4-gN for other groups)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,6 +58,8 @@ W4A16_G16, W8_CHANNEL, A8_TOKEN = VARIANTS.w4a16(16), VARIANTS.W8_CHANNEL, VARIA
 # kind -> (its library's test mark, its description, the library's distribution)
 KINDS = {
     "torchao-int8": (needs_torchao, "torchao int8 weight-only", "torchao"),
+    "torchao-int4-g32": (needs_torchao, "torchao int4 weight-only, groups of 32", "torchao"),
+    "torchao-int8-dynamic": (needs_torchao, "torchao int8 weights, int8 activations rounded per token as they run", "torchao"),
     "bnb-nf4": (needs_bitsandbytes, "bitsandbytes nf4", "bitsandbytes"),
     "bnb-int8": (needs_bitsandbytes, "bitsandbytes int8 (LLM.int8(), outlier threshold 6.0)", "bitsandbytes"),
     "ct-w4a16-g16": (needs_compressed_tensors, "compressed-tensors W4A16, groups of 16", "compressed-tensors"),
@@ -103,6 +105,14 @@ CUT = 150
 backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
 naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
 
+# The largest gap allowed between the backend's reads and one full pass, 1e-5 unless said. torchao's
+# int8 activations are rounded from numbers that the backend's two pieces through a KV cache and one
+# full pass compute ~1e-8 apart (attention over another shape). Traced on a tiny qwen3 of width 128: a
+# 1.5e-8 difference in layer 1's down_proj input moved one number across an int8 rounding boundary,
+# 5e-5 at that layer's output and 3e-4 nats at the reads; here the largest gap is 4e-4 nats, and most
+# reads stay within 1e-5.
+ROUNDING_GAP = {"torchao-int8-dynamic": 1e-3}
+
 
 def each_kind(*kinds: str):
     return pytest.mark.parametrize("kind", [pytest.param(k, marks=KINDS[k][0]) for k in kinds])
@@ -114,7 +124,8 @@ def test_a_saved_checkpoint_reads_what_a_naive_pass_of_it_reads_and_says_what_it
     top1, logprobs = backend_reads(backend)
     want_top1, want_logprobs = naive_reads(backend.model)
     assert top1 == want_top1
-    assert np.max(np.abs(logprobs - want_logprobs)) <= 1e-5
+    gaps = np.abs(logprobs - want_logprobs)
+    assert np.max(gaps) <= ROUNDING_GAP.get(kind, 1e-5) and np.mean(gaps <= 1e-5) >= 0.5
     _, description, library = KINDS[kind]
     described = backend.describe()
     assert described["quantization"] == description
@@ -196,6 +207,12 @@ FP8_TOKEN = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tok
      "torchao int4 weight-only, groups of 128"),
     ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Float8DynamicActivationFloat8WeightConfig", "_data": {}}}},
      "torchao float8 weights, float8 activations rounded as they run"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "IntxWeightOnlyConfig", "_data": {
+        "weight_dtype": {"_type": "torch.dtype", "_data": "int4"}, "granularity": {"_type": "PerGroup", "_data": {"group_size": 32}}}}}},
+     "torchao int4 weight-only, groups of 32"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int8DynamicActivationIntxWeightConfig", "_data": {
+        "weight_dtype": {"_type": "torch.dtype", "_data": "int2"}, "weight_granularity": {"_type": "PerAxis", "_data": {"axis": 0}}}}}},
+     "torchao int2 weights, int8 activations rounded per token as they run"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": True},
      "bitsandbytes fp4, double quantization"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": FP8_CHANNEL, "input_activations": FP8_TOKEN}}},
@@ -321,7 +338,7 @@ def pair_of(plain: TransformersBackend, candidate: TransformersBackend, kind: st
     return StateDictPair(plain.model, candidate.model, None, ("float", kind), fingerprints)
 
 
-@each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "bnb-nf4", "bnb-int8")
+@each_kind("ct-w4a16-g16", "ct-w8a8", "torchao-int8", "torchao-int4-g32", "torchao-int8-dynamic", "bnb-nf4", "bnb-int8")
 def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_it(kind, loaded, checkpoints, float_folder):
     """The float model given every part of the candidate reads as the candidate, and the candidate given every
     part back as the float model: compressed-tensors, loaded de-quantized, by its weights (and its input
@@ -373,7 +390,7 @@ def test_blames_hybrids_leave_a_bitsandbytes_candidate_reading_as_loaded(checkpo
     assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5
 
 
-@each_kind("torchao-int8", "bnb-nf4", "bnb-int8")
+@each_kind("torchao-int8", "torchao-int4-g32", "bnb-nf4", "bnb-int8")
 def test_blames_fix_set_as_the_config_that_transformers_quantizes_with_makes_the_hybrid_it_measured(
         kind, loaded, float_folder, tmp_path, monkeypatch):
     """The candidate with layer 0's MLP and layer 1's attention kept in float: blame's recipe, the candidate's own

@@ -28,6 +28,9 @@ TORCHAO_KINDS = {
     "Int8DynamicActivationInt8WeightConfig": "int8 weights, int8 activations rounded per token as they run",
     "Int8DynamicActivationInt4WeightConfig": "int4 weights, int8 activations rounded per token as they run",
     "Float8DynamicActivationFloat8WeightConfig": "float8 weights, float8 activations rounded as they run",
+    # the integer width is the config's weight_dtype (int1 to int8)
+    "IntxWeightOnlyConfig": "{bits} weight-only",
+    "Int8DynamicActivationIntxWeightConfig": "{bits} weights, int8 activations rounded per token as they run",
 }
 
 # what a compressed-tensors scheme's strategy means for its weights
@@ -231,9 +234,12 @@ def _torchao(quantization: Mapping[str, Any]) -> str:
         if not isinstance(entry, Mapping):  # an older transformers wrote the name alone
             kinds.append(str(entry))
             continue
-        kind = str(entry.get("_type", "unknown"))
-        group = (entry.get("_data") or {}).get("group_size")
-        kinds.append(TORCHAO_KINDS.get(kind, kind.removesuffix("Config")) + (f", groups of {group}" if group else ""))
+        kind, data = str(entry.get("_type", "unknown")), entry.get("_data") or {}
+        granularity = data.get("granularity") or data.get("weight_granularity") or {}
+        group = data.get("group_size") or (granularity.get("_data") or {}).get("group_size")
+        bits = (data.get("weight_dtype") or {}).get("_data", "int?")
+        words = TORCHAO_KINDS.get(kind, kind.removesuffix("Config")).format(bits=bits)
+        kinds.append(words + (f", groups of {group}" if group else ""))
     return "; ".join(kinds) or "unknown"
 
 
