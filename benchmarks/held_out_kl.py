@@ -21,11 +21,13 @@ from typing import Any
 
 
 def log_probabilities(folder: str, ids: Any) -> Any:
-    """The model in ``folder`` loaded by transformers in float32, its log-softmax at every position (float64)."""
+    """The model in ``folder`` loaded in float32 as the gate's transformers backend loads it (its own
+    ``quantization_config``, float4 weights widened to float32), its log-softmax at every position (float64)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    from pytest_longctx.backends.hf import TransformersBackend
+
+    model = TransformersBackend.load(folder, dtype="float32", device="cpu").model
     with torch.no_grad():
         return torch.log_softmax(model(ids).logits[0].double(), dim=-1)
 
