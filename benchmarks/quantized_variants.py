@@ -7,6 +7,9 @@ saved as its library saves it, to gate with the transformers backend
   layout that runs and saves on the CPU; Int4WeightOnlyConfig's default needs a CUDA library)
 * ``torchao-int8-dynamic``: torchao int8 weights per channel, int8 activations rounded per token
   as the model runs
+* ``autoround-gN``: int4 in groups of N by auto-round's own API in its round-to-nearest mode (no
+  tuning steps, no calibration data), saved in its own format (``auto_round``, GPTQ-style
+  packing), which transformers runs through auto-round's kernels
 * ``bnb-nf4``, ``bnb-int8``: bitsandbytes nf4 (computed in float32) and LLM.int8(), through BitsAndBytesConfig
 * ``ct-w4a16-gN``: compressed-tensors W4A16 in groups of N (``pack-quantized``)
 * ``ct-w8a8``: compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token
@@ -25,7 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-KINDS = ("torchao-int8", "torchao-int4-g64", "torchao-int8-dynamic", "bnb-nf4", "bnb-int8", "ct-w4a16-g64", "ct-w8a8")
+KINDS = ("torchao-int8", "torchao-int4-g64", "torchao-int8-dynamic", "autoround-g64", "bnb-nf4", "bnb-int8", "ct-w4a16-g64",
+         "ct-w8a8")
 W8_CHANNEL = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}
 A8_TOKEN = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
 
@@ -82,6 +86,29 @@ def saved_by_compressed_tensors(source: Path, out: Path, weights: dict[str, Any]
     return out
 
 
+def saved_by_auto_round(source: Path, out: Path, group_size: int) -> Path:
+    """``source`` rounded to int4 in groups of ``group_size`` by auto-round (``iters=0``: to nearest,
+    which reads no data), saved in auto-round's own format. Its API asks for a tokenizer even then:
+    the model's own, or for a folder without one a word-level one over its vocabulary (never used)."""
+    import torch
+    from auto_round import AutoRound
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    if any((source / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    else:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+
+        vocabulary = {str(i): i for i in range(AutoConfig.from_pretrained(source).vocab_size)}
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab=vocabulary, unk_token="0")))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    rounding = AutoRound(model, tokenizer=tokenizer, bits=4, group_size=group_size, sym=True, iters=0, disable_opt_rtn=True)
+    rounding.quantize()
+    rounding.save_quantized(str(out), format="auto_round", inplace=True)
+    return out
+
+
 def make(kind: str, source: Path, out: Path) -> Path:
     """The checkpoint ``kind`` (see the module docstring) of the float model in ``source``, saved in ``out``."""
     import torch
@@ -89,6 +116,9 @@ def make(kind: str, source: Path, out: Path) -> Path:
 
     grouped = re.fullmatch(r"ct-w4a16-g(\d+)", kind)
     int4 = re.fullmatch(r"torchao-int4-g(\d+)", kind)
+    autoround = re.fullmatch(r"autoround-g(\d+)", kind)
+    if autoround:
+        return saved_by_auto_round(source, out, int(autoround.group(1)))
     if kind == "torchao-int8":
         from torchao.quantization import Int8WeightOnlyConfig
 
@@ -111,7 +141,8 @@ def make(kind: str, source: Path, out: Path) -> Path:
         return saved_by_compressed_tensors(source, out, w4a16(int(grouped.group(1))))
     if kind == "ct-w8a8":
         return saved_by_compressed_tensors(source, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
-    raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} (ct-w4a16-gN, torchao-int4-gN for other groups)")
+    raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} "
+                     "(ct-w4a16-gN, torchao-int4-gN, autoround-gN for other groups)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,7 +45,8 @@ def hf(*more: str, extras: str = "hf") -> pytest.MarkDecorator:
 
 
 LLAMA = hf("llama_cpp", "gguf", extras="hf,llama")
-QUANTIZERS = hf("torchao", "bitsandbytes", "compressed_tensors", extras="hf,torchao,bitsandbytes,compressed-tensors")
+QUANTIZERS = hf("torchao", "bitsandbytes", "compressed_tensors", "auto_round",
+                extras="hf,torchao,bitsandbytes,compressed-tensors,auto-round")
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,8 @@ def written_folders(out: str, paths: dict[str, Path]) -> None:
 
 def quantized_folders(out: str, paths: dict[str, Path]) -> None:
     folders = [Path(line) for line in out.splitlines() if line.strip()]
-    assert [f.name for f in folders] == ["torchao-int8", "torchao-int4-g64", "torchao-int8-dynamic", "bnb-nf4", "bnb-int8",
-                                         "ct-w4a16-g64", "ct-w8a8"], out
+    assert [f.name for f in folders] == ["torchao-int8", "torchao-int4-g64", "torchao-int8-dynamic", "autoround-g64", "bnb-nf4",
+                                         "bnb-int8", "ct-w4a16-g64", "ct-w8a8"], out
     for folder in folders:
         assert "quantization_config" in json.loads((folder / "config.json").read_text()), folder
 

@@ -26,6 +26,7 @@ VOCAB = 128
 needs_torchao = needs("torchao", install="pip install 'pytest-longctx[torchao]'")
 needs_bitsandbytes = needs("bitsandbytes", install="pip install 'pytest-longctx[bitsandbytes]'")
 needs_compressed_tensors = needs("compressed_tensors", install="pip install 'pytest-longctx[compressed-tensors]'")
+needs_auto_round = needs("auto_round", install="pip install 'pytest-longctx[auto-round]'")
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,8 @@ KINDS = {
     "torchao-int8": (needs_torchao, "torchao int8 weight-only", "torchao"),
     "torchao-int4-g32": (needs_torchao, "torchao int4 weight-only, groups of 32", "torchao"),
     "torchao-int8-dynamic": (needs_torchao, "torchao int8 weights, int8 activations rounded per token as they run", "torchao"),
+    "autoround-g32": (needs_auto_round, "auto-round int4, groups of 32, auto_round:auto_gptq packing, by auto-round {version}; "
+                                        "run by its {kernel} kernel in float16", "auto-round"),
     "bnb-nf4": (needs_bitsandbytes, "bitsandbytes nf4", "bitsandbytes"),
     "bnb-int8": (needs_bitsandbytes, "bitsandbytes int8 (LLM.int8(), outlier threshold 6.0)", "bitsandbytes"),
     "ct-w4a16-g16": (needs_compressed_tensors, "compressed-tensors W4A16, groups of 16", "compressed-tensors"),
@@ -118,7 +121,7 @@ def each_kind(*kinds: str):
     return pytest.mark.parametrize("kind", [pytest.param(k, marks=KINDS[k][0]) for k in kinds])
 
 
-@each_kind(*KINDS)
+@each_kind(*(k for k in KINDS if not k.startswith("autoround")))
 def test_a_saved_checkpoint_reads_what_a_naive_pass_of_it_reads_and_says_what_it_is(kind, loaded, float_folder):
     backend = loaded(kind)
     top1, logprobs = backend_reads(backend)
@@ -244,6 +247,8 @@ QUANTIZATION_CONFIGS = {
     "torchao": {"quant_method": "torchao", "quant_type": {"default": {"_type": "Int8WeightOnlyConfig", "_data": {}}}},
     "bitsandbytes": {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
     "compressed_tensors": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": W4A16_G16}}},
+    "auto_round": {"quant_method": "auto-round", "bits": 4, "group_size": 32, "sym": True, "data_type": "int",
+                   "packing_format": "auto_round:auto_gptq", "autoround_version": "0.15.1"},
 }
 
 
@@ -262,6 +267,7 @@ def with_quantization(float_folder: Path, out: Path, quantization_config: dict[s
     ("torchao", "torchao", "torchao int8 weight-only"),
     ("bitsandbytes", "bitsandbytes", "bitsandbytes nf4"),
     ("compressed_tensors", "compressed-tensors", "compressed-tensors W4A16, groups of 16"),
+    ("auto_round", "auto-round", "auto-round int4, groups of 32, auto_round:auto_gptq packing, by auto-round 0.15.1"),
 ])
 def test_a_checkpoint_whose_library_is_missing_names_the_extra(module, extra, what, float_folder, tmp_path, monkeypatch):
     folder = with_quantization(float_folder, tmp_path / "quantized", QUANTIZATION_CONFIGS[module])
@@ -457,3 +463,64 @@ def test_a_checkpoint_transformers_de_quantizes_on_load_says_so_and_reads_its_we
             plain.model.get_parameter(name).copy_(weight)
     want_top1, want = naive_reads(plain.model)
     assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5
+
+
+# --------------------------------------------------------------- auto-round's own format
+
+
+def auto_round_by_hand(folder: Path) -> dict[str, Any]:
+    """The weights of an auto-round checkpoint (GPTQ-style packing) multiplied out here, as float32
+    tensors by name: each quantized layer's ``qweight`` holds eight 4-bit values a 32-bit word along
+    its input dimension (the first in the lowest bits), ``qzeros`` eight zero points a word along
+    its output dimension, stored less one, ``scales`` one per group of inputs and output; the weight
+    is (value - zero point) x scale, transposed to [output, input]. The other tensors are widened
+    from the dtype they are stored in."""
+    import torch
+    from safetensors.torch import load_file
+
+    stored = {n: (t.float() if t.is_floating_point() else t).numpy() for n, t in load_file(folder / "model.safetensors").items()}
+    weights: dict[str, Any] = {}
+    for name, tensor in stored.items():
+        layer, _, kind = name.rpartition(".")
+        if kind in ("qzeros", "scales", "g_idx"):
+            continue
+        if kind != "qweight":
+            weights[name] = torch.from_numpy(tensor.astype(np.float32))
+            continue
+        words = tensor.astype(np.int64) & 0xFFFFFFFF  # [input / 8, output]
+        values = np.stack([(words >> (4 * k)) & 0xF for k in range(8)], axis=1).reshape(-1, words.shape[1])  # [input, output]
+        zero_words = stored[f"{layer}.qzeros"].astype(np.int64) & 0xFFFFFFFF  # [groups, output / 8]
+        zeros = np.stack([(zero_words >> (4 * k)) & 0xF for k in range(8)], axis=-1).reshape(zero_words.shape[0], -1) + 1
+        scales = stored[f"{layer}.scales"]  # [groups, output]
+        group = values.shape[0] // scales.shape[0]
+        weight = (values - np.repeat(zeros, group, axis=0)) * np.repeat(scales, group, axis=0)  # [input, output]
+        weights[f"{layer}.weight"] = torch.from_numpy(weight.T.astype(np.float32).copy())
+    return weights
+
+
+@needs_auto_round
+def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_weights(loaded, checkpoints, float_folder):
+    """auto-round's own format, run by transformers through auto-round's kernel: on the CPU it picks one
+    that computes in float16 whatever dtype was asked for, and the backend says so (the dtype, the kernel
+    in the description, the kernel in the config digest). Its reads are the float model given the weights
+    multiplied out by hand, read in float32 with one full pass, to float16's rounding (6 u ln V, as
+    tests/test_dtypes.py derives it); far closer than the float model's own reads."""
+    from importlib.metadata import version
+
+    backend = loaded("autoround-g32")
+    described = backend.describe()
+    kernel = described["quantization"].rpartition("run by its ")[2].partition(" kernel")[0]
+    assert kernel.startswith("auto_round:")
+    assert described["quantization"] == KINDS["autoround-g32"][1].format(version=version("auto-round"), kernel=kernel)
+    assert described["dtype"] == "float16" and described["versions"]["auto-round"] == version("auto-round")
+    top1, logprobs = backend_reads(backend)
+
+    model = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu").model
+    model.load_state_dict(auto_round_by_hand(checkpoints("autoround-g32")), strict=True)
+    want_top1, want = naive_reads(model)
+    tolerance = 6 * 2.0**-11 * np.log(VOCAB)
+    gap = float(np.max(np.abs(logprobs - want)))
+    plain = float(np.max(np.abs(backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1] - want)))
+    print(f"\nauto-round reads against its weights by hand: {gap:.5f} nats (float16's tolerance {tolerance:.4f}); "
+          f"the float model's: {plain:.5f}")
+    assert gap <= tolerance and plain > 3 * gap

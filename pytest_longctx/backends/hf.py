@@ -440,7 +440,8 @@ class TransformersBackend:
             **({"kv_cache": self.kv_cache} if self.kv_cache else {}),
             "dtype": ",".join(dtypes),
             "quantization": "; ".join(filter(None, (quantized.describe(quantization, rounds_activations(self.model)),
-                                                     quantized.made_by(self.recipe, quantization, self._written())))),
+                                                     quantized.made_by(self.recipe, quantization, self._written()),
+                                                     _kernels_said(self.model)))),
             "device": placement(self.model) or self.device.type,
             "chunk_size": self.chunk_size,
             "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
@@ -655,6 +656,17 @@ def _decompress_now(model: Any) -> None:
             weight.data = weight.data.to(loaded)
 
 
+def _kernels(model: Any) -> list[str]:
+    """The kernels a quantization library chose for this model as it loaded (auto-round picks one
+    per device and dtype, e.g. ``auto_round:torch_zp``); none for the others."""
+    return [str(k) for k in getattr(getattr(model, "hf_quantizer", None), "used_backends", None) or []]
+
+
+def _kernels_said(model: Any) -> str:
+    found, dtype = _kernels(model), model.get_input_embeddings().weight.dtype
+    return f"run by its {', '.join(found)} kernel in {str(dtype).removeprefix('torch.')}" if found else ""
+
+
 def config_fingerprint(model: Any) -> str:
     """A digest of the model's configuration: the same weights under another config (a
     sliding window, rope scaling, another attention kernel, another quantization or the
@@ -665,6 +677,8 @@ def config_fingerprint(model: Any) -> str:
     libraries = quantized.library_versions(quantization)
     if libraries:  # absent otherwise: the digests of models without quantization stay as they were
         config["_quantization_libraries"] = libraries
+    if _kernels(model):  # another kernel rounds otherwise
+        config["_quantization_kernels"] = _kernels(model)
     if quantization.get("dequantized_on_load"):  # what the weights were de-quantized from
         config["_dequantized_from"] = quantization
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]

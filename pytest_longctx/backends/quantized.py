@@ -18,6 +18,7 @@ LIBRARIES: dict[str, tuple[str, str]] = {
     "torchao": ("torchao", "torchao"),
     "bitsandbytes": ("bitsandbytes", "bitsandbytes"),
     "compressed-tensors": ("compressed_tensors", "compressed-tensors"),
+    "auto-round": ("auto_round", "auto-round"),
 }
 
 # torchao's configuration classes by what they do; another is named by its class
@@ -126,6 +127,8 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
         return "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
     if name == "gguf":
         return "GGUF, de-quantized to the loading dtype"
+    if name == "auto-round":
+        return _auto_round(quantization)
     bits, group = quantization.get("bits"), quantization.get("group_size")
     return name + (f" {bits}-bit" if bits else "") + (f", groups of {group}" if isinstance(group, int) and group > 0 else "")
 
@@ -241,6 +244,21 @@ def _torchao(quantization: Mapping[str, Any]) -> str:
         words = TORCHAO_KINDS.get(kind, kind.removesuffix("Config")).format(bits=bits)
         kinds.append(words + (f", groups of {group}" if group else ""))
     return "; ".join(kinds) or "unknown"
+
+
+def _auto_round(quantization: Mapping[str, Any]) -> str:
+    """auto-round's own format: ``auto-round int4, groups of 32, auto_round:auto_gptq packing, by
+    auto-round 0.15.1``. Its config does not record whether the rounding was tuned (AutoRound's
+    steps) or to nearest."""
+    group, made = quantization.get("group_size"), quantization.get("autoround_version")
+    words = [f"auto-round {quantization.get('data_type', 'int')}{quantization.get('bits', '?')}"]
+    if isinstance(group, int) and group > 0:
+        words.append(f"groups of {group}")
+    if quantization.get("sym") is False:
+        words.append("asymmetric")
+    if quantization.get("packing_format"):
+        words.append(f"{quantization['packing_format']} packing")
+    return ", ".join(words) + (f", by auto-round {made}" if made else "")
 
 
 def _bitsandbytes(quantization: Mapping[str, Any]) -> str:
