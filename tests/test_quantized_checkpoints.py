@@ -524,3 +524,20 @@ def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_we
     print(f"\nauto-round reads against its weights by hand: {gap:.5f} nats (float16's tolerance {tolerance:.4f}); "
           f"the float model's: {plain:.5f}")
     assert gap <= tolerance and plain > 3 * gap
+
+
+@needs_auto_round
+def test_blame_on_an_auto_round_checkpoint_is_one_line_that_says_why_not(loaded, float_folder):
+    """auto-round's kernel holds each layer packed (``qweight``, a buffer) under names the float model does not
+    have: blame cannot split it into parts, and says so in one line that names the packed tensor, not that the
+    two are of different architectures."""
+    from pytest_longctx.backends.hybrids.transformers import check_compatible
+
+    plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
+    with pytest.raises(LongctxError) as exc:
+        check_compatible(plain.model, loaded("autoround-g32").model, "float", "rounded")
+    message = str(exc.value)
+    assert message.startswith("--model rounded runs its layers packed (auto-round int4, groups of 32, auto_round:auto_gptq "
+                              "packing, by auto-round ")
+    assert "; model.layers.0.self_attn.q_proj.qweight): blame " in message and message.endswith("stands without blame")
+    assert "architecture" not in message and "\n" not in message

@@ -43,7 +43,7 @@ ATTENTION = ("self_attn.", "attention.", "attn.")
 # what compressed-tensors keeps beside a quantized layer's weight: its scales and shape (beside a floating-point
 # weight, loaded de-quantized, they describe it and are not the model's own tensors), or its packed 4-bit integers
 QUANTIZATION_METADATA = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".weight_global_scale")
-PACKED = ".weight_packed"
+PACKED = (".weight_packed", ".qweight")  # compressed-tensors' packed integers; GPTQ-style packing (auto-round's format)
 MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
 
 
@@ -126,13 +126,13 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
     for model, option, name in ((original, "--reference", original_name), (candidate, "--model", candidate_name)):
-        packed = next((n for n in parameters(model) if n.endswith(PACKED)), None)
+        packed = next((n for n in [*parameters(model), *(b for b, _ in model.named_buffers())] if n.endswith(PACKED)), None)
         if packed:
             said = quantized.describe(quantization_config(model), rounds_activations(model))
-            raise LongctxError(f"{option} {name} runs its layers compressed ({said}; {packed}): blame makes its "
-                               "hybrids of layers under the float model's names, as compressed-tensors loads them de-quantized "
-                               "where it has no kernel for them (on the CPU), and cannot split these into parts; the gate's "
-                               "verdict on it stands without blame")
+            raise LongctxError(f"{option} {name} runs its layers packed ({said}; {packed}): blame makes its hybrids of "
+                               "layers held under the float model's names (compressed-tensors de-quantized where it has no "
+                               "kernel, torchao and bitsandbytes as they store them) and cannot split these into parts; the "
+                               "gate's verdict on it stands without blame")
     swapped = stored_layers(original, candidate)
     shapes = [{n: tuple(p.shape) for n, p in parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
