@@ -24,7 +24,17 @@ import numpy as np
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import resolve_model
-from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Part, check_granularity, check_tensors, grouped, part_name
+from pytest_longctx.backends.hybrids.parts import (
+    CANDIDATE,
+    ORIGINAL,
+    Cost,
+    Part,
+    check_granularity,
+    check_tensors,
+    grouped,
+    other_side,
+    part_name,
+)
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend, checked_file
 from pytest_longctx.backends.llama_cpp.recipe import FULL_PRECISION, quantize_arguments
 from pytest_longctx.backends.llama_cpp.settings import Settings, parse_settings
@@ -154,7 +164,7 @@ class GGUFPair:
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Any]:
         # reuse: nothing to start from; llama.cpp runs every hybrid from the token ids (its API takes a batch of
         # tokens or input embeddings, never a layer's residual stream)
-        other = CANDIDATE if base == ORIGINAL else ORIGINAL
+        other = other_side(base)
         settings = self.settings[base]
         if any(p.name == KV_CACHE for p in taken):
             theirs = self.settings[other]

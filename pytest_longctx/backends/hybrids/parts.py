@@ -29,6 +29,11 @@ GRANULARITIES = ("layer", "block", "tensor")
 ORIGINAL, CANDIDATE = "original", "candidate"  # the two sides of a pair, as Pair.hybrid names its base
 
 
+def other_side(base: str) -> str:
+    """The side of a pair a hybrid of ``base`` takes its parts from."""
+    return CANDIDATE if base == ORIGINAL else ORIGINAL
+
+
 @dataclass(frozen=True)
 class Part:
     """A named set of tensors of both models."""

@@ -34,6 +34,7 @@ from pytest_longctx.backends.hybrids.parts import (
     check_granularity,
     check_tensors,
     grouped,
+    other_side,
     part_name,
 )
 from pytest_longctx.errors import LongctxError
@@ -116,7 +117,8 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
     return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in parameters(model))
 
 
-def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
+def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str,
+                     swapped: set[str] | None = None) -> None:
     """Two checkpoints of one architecture: the same model class and type, the same parameter
     names, the same shapes outside the layers a library runs as it stores them (``stored_layers``),
     no packed weights (compressed-tensors run compressed, under other names); else one line saying
@@ -133,7 +135,7 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
                                "layers held under the float model's names (compressed-tensors de-quantized where it has no "
                                "kernel, torchao and bitsandbytes as they store them) and cannot split these into parts; the "
                                "gate's verdict on it stands without blame")
-    swapped = stored_layers(original, candidate)
+    swapped = stored_layers(original, candidate) if swapped is None else swapped
     shapes = [{n: tuple(p.shape) for n, p in parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
@@ -152,14 +154,14 @@ def cost(original: Any, candidate: Any, parts: Iterable[Part], sizes: Sequence[d
                 f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
 
 
-def check_not_recast(original: Any, candidate: Any, original_name: str, candidate_name: str) -> None:
+def check_not_recast(original: Any, candidate: Any, original_name: str, candidate_name: str, swapped: set[str]) -> None:
     """A candidate that is the original at another dtype and nothing else is one line: a part taken back
     is cast to the candidate's dtype (``Hybrid``), where it reads exactly as the candidate's own, so every
     restore share would be 0; its drift is the rounding of all parts at once."""
     import torch
 
     mine, theirs = parameters(original), parameters(candidate)
-    if stored_layers(original, candidate) or all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
+    if swapped or all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
             torch.equal(mine[n].data.to(device=theirs[n].device, dtype=theirs[n].dtype), theirs[n].data) for n in mine):
         return
     ours, other = _dtypes(mine.values()), _dtypes(theirs.values())
@@ -371,12 +373,12 @@ class StateDictPair:
                  fingerprints: tuple[str, str] | None = None):
         """``fingerprints``: each model's weights fingerprint as loaded, where known (else computed here, before
         any hybrid reads): a hybrid's is made of them, never from its state_dict (``hybrid``)."""
-        check_compatible(original, candidate, *names)
-        check_not_recast(original, candidate, *names)
+        self.swapped = stored_layers(original, candidate)
+        check_compatible(original, candidate, *names, swapped=self.swapped)
+        check_not_recast(original, candidate, *names, self.swapped)
         self.models = {ORIGINAL: original, CANDIDATE: candidate}
         found = fingerprints or (weights_fingerprint(original), weights_fingerprint(candidate))
         self.fingerprints = {ORIGINAL: found[0], CANDIDATE: found[1]}
-        self.swapped = stored_layers(original, candidate)
         # bytes as loaded, before a forward pass (bitsandbytes may repack its scales on the first one)
         self.sizes = [{n: stored_bytes(p) for n, p in parameters(model).items()} for model in (original, candidate)]
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
@@ -409,7 +411,7 @@ class StateDictPair:
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
-        target, other = self.models[base], CANDIDATE if base == ORIGINAL else ORIGINAL
+        target, other = self.models[base], other_side(base)
         made = Hybrid(target, self.models[other], self.swapped)
         recorded = self.boundaries.get(base) if reuse and taken else None
         start = recorded.start(first_layer(target, taken)) if recorded else 0
@@ -427,7 +429,7 @@ class StateDictPair:
         mine = self.fingerprints[base]
         if not taken:
             return mine
-        other = self.fingerprints[CANDIDATE if base == ORIGINAL else ORIGINAL]
+        other = self.fingerprints[other_side(base)]
         names = sorted(n for part in taken for n in part.parameters)
         return hashlib.sha256("|".join([mine, other, *names]).encode()).hexdigest()[:len(mine)]
 
