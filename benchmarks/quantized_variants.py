@@ -10,6 +10,9 @@ saved as its library saves it, to gate with the transformers backend
 * ``autoround-gN``: int4 in groups of N by auto-round's own API in its round-to-nearest mode (no
   tuning steps, no calibration data), saved in its own format (``auto_round``, GPTQ-style
   packing), which transformers runs through auto-round's kernels
+* ``gptq-gN``, ``awq-gN``: the same rounding exported by auto-round in the GPTQ and AWQ formats
+  (``quant_method`` gptq, awq), which transformers runs through gptqmodel (an environment of its
+  own: scripts/setup-gptqmodel-venv.sh)
 * ``bnb-nf4``, ``bnb-int8``: bitsandbytes nf4 (computed in float32) and LLM.int8(), through BitsAndBytesConfig
 * ``ct-w4a16-gN``: compressed-tensors W4A16 in groups of N (``pack-quantized``)
 * ``ct-w8a8``: compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token
@@ -86,9 +89,9 @@ def saved_by_compressed_tensors(source: Path, out: Path, weights: dict[str, Any]
     return out
 
 
-def saved_by_auto_round(source: Path, out: Path, group_size: int) -> Path:
+def saved_by_auto_round(source: Path, out: Path, group_size: int, form: str = "auto_round") -> Path:
     """``source`` rounded to int4 in groups of ``group_size`` by auto-round (``iters=0``: to nearest,
-    which reads no data), saved in auto-round's own format. Its API asks for a tokenizer even then:
+    which reads no data), saved in ``form`` (auto-round's own format, auto_gptq or auto_awq). Its API asks for a tokenizer even then:
     the model's own, or for a folder without one a word-level one over its vocabulary (never used)."""
     import torch
     from auto_round import AutoRound
@@ -105,7 +108,7 @@ def saved_by_auto_round(source: Path, out: Path, group_size: int) -> Path:
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     rounding = AutoRound(model, tokenizer=tokenizer, bits=4, group_size=group_size, sym=True, iters=0, disable_opt_rtn=True)
     rounding.quantize()
-    rounding.save_quantized(str(out), format="auto_round", inplace=True)
+    rounding.save_quantized(str(out), format=form, inplace=True)
     return out
 
 
@@ -116,9 +119,10 @@ def make(kind: str, source: Path, out: Path) -> Path:
 
     grouped = re.fullmatch(r"ct-w4a16-g(\d+)", kind)
     int4 = re.fullmatch(r"torchao-int4-g(\d+)", kind)
-    autoround = re.fullmatch(r"autoround-g(\d+)", kind)
+    autoround = re.fullmatch(r"(autoround|gptq|awq)-g(\d+)", kind)
     if autoround:
-        return saved_by_auto_round(source, out, int(autoround.group(1)))
+        form = {"autoround": "auto_round", "gptq": "auto_gptq", "awq": "auto_awq"}[autoround.group(1)]
+        return saved_by_auto_round(source, out, int(autoround.group(2)), form)
     if kind == "torchao-int8":
         from torchao.quantization import Int8WeightOnlyConfig
 
@@ -142,7 +146,7 @@ def make(kind: str, source: Path, out: Path) -> Path:
     if kind == "ct-w8a8":
         return saved_by_compressed_tensors(source, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
     raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} "
-                     "(ct-w4a16-gN, torchao-int4-gN, autoround-gN for other groups)")
+                     "(ct-w4a16-gN, torchao-int4-gN, autoround-gN, gptq-gN, awq-gN for other groups)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,7 @@
 session in two pieces over its KV cache, and by tests/naive.py's full forward pass."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,3 +41,34 @@ def check_every_part_swaps(pair: Any, original: Any, candidate: Any, reads: Any)
             top1, logprobs = reads(hybrid)
         want_top1, want = reads(other)
         assert top1 == want_top1 and np.max(np.abs(logprobs - want)) <= 1e-5, f"{base} with every part of the other side"
+
+
+def gptq_packed_by_hand(folder: Path) -> dict[str, Any]:
+    """The weights of a checkpoint in GPTQ's packing (the GPTQ format; auto-round's own) multiplied out here, as float32
+    tensors by name: each quantized layer's ``qweight`` holds eight 4-bit values a 32-bit word along
+    its input dimension (the first in the lowest bits), ``qzeros`` eight zero points a word along
+    its output dimension, stored less one, ``scales`` one per group of inputs and output; the weight
+    is (value - zero point) x scale, transposed to [output, input]. ``g_idx`` (each input's group) is
+    left out: without activation order the groups are the inputs in order. The other tensors are
+    widened from the dtype they are stored in."""
+    import torch
+    from safetensors.torch import load_file
+
+    stored = {n: (t.float() if t.is_floating_point() else t).numpy() for n, t in load_file(folder / "model.safetensors").items()}
+    weights: dict[str, Any] = {}
+    for name, tensor in stored.items():
+        layer, _, kind = name.rpartition(".")
+        if kind in ("qzeros", "scales", "g_idx"):
+            continue
+        if kind != "qweight":
+            weights[name] = torch.from_numpy(tensor.astype(np.float32))
+            continue
+        words = tensor.astype(np.int64) & 0xFFFFFFFF  # [input / 8, output]
+        values = np.stack([(words >> (4 * k)) & 0xF for k in range(8)], axis=1).reshape(-1, words.shape[1])  # [input, output]
+        zero_words = stored[f"{layer}.qzeros"].astype(np.int64) & 0xFFFFFFFF  # [groups, output / 8]
+        zeros = np.stack([(zero_words >> (4 * k)) & 0xF for k in range(8)], axis=-1).reshape(zero_words.shape[0], -1) + 1
+        scales = stored[f"{layer}.scales"]  # [groups, output]
+        group = values.shape[0] // scales.shape[0]
+        weight = (values - np.repeat(zeros, group, axis=0)) * np.repeat(scales, group, axis=0)  # [input, output]
+        weights[f"{layer}.weight"] = torch.from_numpy(weight.T.astype(np.float32).copy())
+    return weights

@@ -62,7 +62,7 @@ KINDS = {
     "torchao-int4-g32": (needs_torchao, "torchao int4 weight-only, groups of 32", "torchao"),
     "torchao-int8-dynamic": (needs_torchao, "torchao int8 weights, int8 activations rounded per token as they run", "torchao"),
     "autoround-g32": (needs_auto_round, "auto-round int4, groups of 32, auto_round:auto_gptq packing, by auto-round {version}; "
-                                        "run by its {kernel} kernel in float16", "auto-round"),
+                                        "run by its {kernel} kernel", "auto-round"),
     "bnb-nf4": (needs_bitsandbytes, "bitsandbytes nf4", "bitsandbytes"),
     "bnb-int8": (needs_bitsandbytes, "bitsandbytes int8 (LLM.int8(), outlier threshold 6.0)", "bitsandbytes"),
     "ct-w4a16-g16": (needs_compressed_tensors, "compressed-tensors W4A16, groups of 16", "compressed-tensors"),
@@ -249,6 +249,7 @@ QUANTIZATION_CONFIGS = {
     "compressed_tensors": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": W4A16_G16}}},
     "auto_round": {"quant_method": "auto-round", "bits": 4, "group_size": 32, "sym": True, "data_type": "int",
                    "packing_format": "auto_round:auto_gptq", "autoround_version": "0.15.1"},
+    "gptqmodel": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True, "desc_act": False},
 }
 
 
@@ -268,6 +269,7 @@ def with_quantization(float_folder: Path, out: Path, quantization_config: dict[s
     ("bitsandbytes", "bitsandbytes", "bitsandbytes nf4"),
     ("compressed_tensors", "compressed-tensors", "compressed-tensors W4A16, groups of 16"),
     ("auto_round", "auto-round", "auto-round int4, groups of 32, auto_round:auto_gptq packing, by auto-round 0.15.1"),
+    ("gptqmodel", "gptqmodel", "gptq 4-bit, groups of 32"),
 ])
 def test_a_checkpoint_whose_library_is_missing_names_the_extra(module, extra, what, float_folder, tmp_path, monkeypatch):
     folder = with_quantization(float_folder, tmp_path / "quantized", QUANTIZATION_CONFIGS[module])
@@ -468,36 +470,6 @@ def test_a_checkpoint_transformers_de_quantizes_on_load_says_so_and_reads_its_we
 # --------------------------------------------------------------- auto-round's own format
 
 
-def auto_round_by_hand(folder: Path) -> dict[str, Any]:
-    """The weights of an auto-round checkpoint (GPTQ-style packing) multiplied out here, as float32
-    tensors by name: each quantized layer's ``qweight`` holds eight 4-bit values a 32-bit word along
-    its input dimension (the first in the lowest bits), ``qzeros`` eight zero points a word along
-    its output dimension, stored less one, ``scales`` one per group of inputs and output; the weight
-    is (value - zero point) x scale, transposed to [output, input]. The other tensors are widened
-    from the dtype they are stored in."""
-    import torch
-    from safetensors.torch import load_file
-
-    stored = {n: (t.float() if t.is_floating_point() else t).numpy() for n, t in load_file(folder / "model.safetensors").items()}
-    weights: dict[str, Any] = {}
-    for name, tensor in stored.items():
-        layer, _, kind = name.rpartition(".")
-        if kind in ("qzeros", "scales", "g_idx"):
-            continue
-        if kind != "qweight":
-            weights[name] = torch.from_numpy(tensor.astype(np.float32))
-            continue
-        words = tensor.astype(np.int64) & 0xFFFFFFFF  # [input / 8, output]
-        values = np.stack([(words >> (4 * k)) & 0xF for k in range(8)], axis=1).reshape(-1, words.shape[1])  # [input, output]
-        zero_words = stored[f"{layer}.qzeros"].astype(np.int64) & 0xFFFFFFFF  # [groups, output / 8]
-        zeros = np.stack([(zero_words >> (4 * k)) & 0xF for k in range(8)], axis=-1).reshape(zero_words.shape[0], -1) + 1
-        scales = stored[f"{layer}.scales"]  # [groups, output]
-        group = values.shape[0] // scales.shape[0]
-        weight = (values - np.repeat(zeros, group, axis=0)) * np.repeat(scales, group, axis=0)  # [input, output]
-        weights[f"{layer}.weight"] = torch.from_numpy(weight.T.astype(np.float32).copy())
-    return weights
-
-
 @needs_auto_round
 def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_weights(loaded, checkpoints, float_folder):
     """auto-round's own format, run by transformers through auto-round's kernel: on the CPU it picks one
@@ -516,7 +488,7 @@ def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_we
     top1, logprobs = backend_reads(backend)
 
     model = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu").model
-    model.load_state_dict(auto_round_by_hand(checkpoints("autoround-g32")), strict=True)
+    model.load_state_dict(checkpointkit.gptq_packed_by_hand(checkpoints("autoround-g32")), strict=True)
     want_top1, want = naive_reads(model)
     tolerance = 6 * 2.0**-11 * np.log(VOCAB)
     gap = float(np.max(np.abs(logprobs - want)))

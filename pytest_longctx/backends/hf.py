@@ -439,7 +439,10 @@ class TransformersBackend:
             **({"kv_press": self.press_name} if self.press_name else {}),
             **({"kv_cache": self.kv_cache} if self.kv_cache else {}),
             "dtype": ",".join(dtypes),
-            "quantization": "; ".join(filter(None, (quantized.describe(quantization, rounds_activations(self.model)),
+            # transformers' config objects drop keys they do not know (auto-round's provider and version, when it
+            # exports the GPTQ or AWQ format): the description reads them from the stored config
+            "quantization": "; ".join(filter(None, (quantized.describe({**stored_quantization(self.model), **quantization}
+                                                                       if quantization else {}, rounds_activations(self.model)),
                                                      quantized.made_by(self.recipe, quantization, self._written()),
                                                      _kernels_said(self.model)))),
             "device": placement(self.model) or self.device.type,
@@ -657,14 +660,19 @@ def _decompress_now(model: Any) -> None:
 
 
 def _kernels(model: Any) -> list[str]:
-    """The kernels a quantization library chose for this model as it loaded (auto-round picks one
-    per device and dtype, e.g. ``auto_round:torch_zp``); none for the others."""
-    return [str(k) for k in getattr(getattr(model, "hf_quantizer", None), "used_backends", None) or []]
+    """The kernels a quantization library chose for this model as it loaded, where it chooses one per
+    device and dtype: auto-round's by name (``auto_round:torch_zp``), gptqmodel's by the class of the
+    layers that hold packed weights (``TorchAtenLinear``); none for the other libraries."""
+    chosen = getattr(getattr(model, "hf_quantizer", None), "used_backends", None)
+    if chosen:
+        return [str(k) for k in chosen]
+    return sorted({type(m).__name__ for m in model.modules() if "qweight" in dict(m.named_buffers(recurse=False))
+                   and type(m).__module__.startswith("gptqmodel.")})
 
 
 def _kernels_said(model: Any) -> str:
-    found, dtype = _kernels(model), model.get_input_embeddings().weight.dtype
-    return f"run by its {', '.join(found)} kernel in {str(dtype).removeprefix('torch.')}" if found else ""
+    found = _kernels(model)
+    return f"run by its {', '.join(found)} kernel{'s' * (len(found) > 1)}" if found else ""
 
 
 def config_fingerprint(model: Any) -> str:

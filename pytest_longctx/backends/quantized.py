@@ -19,6 +19,9 @@ LIBRARIES: dict[str, tuple[str, str]] = {
     "bitsandbytes": ("bitsandbytes", "bitsandbytes"),
     "compressed-tensors": ("compressed_tensors", "compressed-tensors"),
     "auto-round": ("auto_round", "auto-round"),
+    # transformers runs the GPTQ and AWQ formats through gptqmodel (GPTQ also asks for optimum)
+    "gptq": ("gptqmodel", "gptqmodel"),
+    "awq": ("gptqmodel", "gptqmodel"),
 }
 
 # torchao's configuration classes by what they do; another is named by its class
@@ -130,7 +133,19 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
     if name == "auto-round":
         return _auto_round(quantization)
     bits, group = quantization.get("bits"), quantization.get("group_size")
-    return name + (f" {bits}-bit" if bits else "") + (f", groups of {group}" if isinstance(group, int) and group > 0 else "")
+    words = [name + (f" {bits}-bit" if bits else "")]
+    if isinstance(group, int) and group > 0:
+        words.append(f"groups of {group}")
+    if quantization.get("sym") is False or quantization.get("zero_point") is True:
+        words.append("asymmetric")
+    if quantization.get("desc_act"):
+        words.append("activation order")
+    if name == "awq" and quantization.get("version"):
+        words.append(f"{quantization['version']} packing")
+    provider = quantization.get("provider")  # auto-round writes it with its version when it exports these formats
+    made = f"by {provider}" + (f" {quantization['autoround_version']}" if provider == "auto-round" and quantization.get(
+        "autoround_version") else "") if provider else ""
+    return ", ".join(words + ([made] if made else []))
 
 
 def made_by(recipe: str | Path | None, quantization: Mapping[str, Any], written: str | None = None) -> str:
