@@ -32,6 +32,8 @@ Without ``--model`` the float model is a tiny random qwen3 (width 128, 2 layers,
 * ``nvfp4a16``: NVFP4A16, float4 (e2m1) weights in groups of 16 with float8 scales and one float32
   scale per tensor
 * ``mxfp4a16``: MXFP4A16, float4 (e2m1) weights in groups of 32 with power-of-two scales
+* ``w4a16-asym``: W4A16_ASYM, int4 weights in groups of 128 with zero points (packed eight to a
+  word), which transformers 5.25 with compressed-tensors 0.20 does not load (tests/test_llmcompressor_checkpoints.py)
 * ``w4a16-gptq`` / ``w4a16-gptq-gN``: GPTQ in groups of 128 / N
 * ``w4a16-awq-gN``: AWQ's activation-aware scales (llm-compressor's own mappings for the
   architecture), then int4 in groups of N, round to nearest
@@ -52,10 +54,10 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("w4a16", "w4a16-g32", "w4a16-ignore", "w8a8", "w8a8-smoothquant", "w4a16-gptq", "w4a16-awq-g32",
-         "w4a16-autoround-g32", "w8a16", "fp8-dynamic", "fp8-block", "nvfp4a16", "mxfp4a16")
+         "w4a16-autoround-g32", "w8a16", "fp8-dynamic", "fp8-block", "nvfp4a16", "mxfp4a16", "w4a16-asym")
 # the kinds that are one of llm-compressor's preset schemes, rounded to nearest, by the preset's name
 PRESETS = {"w8a8": "W8A8", "w8a16": "W8A16", "fp8-dynamic": "FP8_DYNAMIC", "fp8-block": "FP8_BLOCK",
-           "nvfp4a16": "NVFP4A16", "mxfp4a16": "MXFP4A16"}
+           "nvfp4a16": "NVFP4A16", "mxfp4a16": "MXFP4A16", "w4a16-asym": "W4A16_ASYM"}
 # the first layer's attention and every layer's down_proj stay in float in ``w4a16-ignore``
 IGNORED = ["lm_head", r"re:.*layers\.0\.self_attn\..*", r"re:.*mlp\.down_proj$"]
 SMOOTHING = 0.8

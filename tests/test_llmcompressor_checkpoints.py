@@ -253,6 +253,25 @@ def test_w8a8_activations_are_rounded_on_compressed_tensors_grid_not_vllms(kind,
     assert gaps["weights only"] > 10 * max(gaps["compressed-tensors"], 1e-6)
 
 
+def test_an_asymmetric_checkpoint_this_stack_cannot_load_is_one_line_not_a_damaged_file(made):
+    """W4A16_ASYM packs its zero points eight to an int32 word as compressed-tensors 0.19 writes them;
+    transformers 5.25 with compressed-tensors 0.20 expects them unpacked and refuses the shapes. The
+    line says what the checkpoint is, which versions disagree, and where to gate it instead. When a
+    later version loads it, this test fails: then add it to KINDS, read like the others."""
+    from pytest_longctx.errors import LongctxError
+
+    folder = made / "w4a16-asym"
+    skip_unless(None if (folder / "config.json").is_file() else f"{folder} is missing", f"make it: {MAKE}",
+                required_by="LONGCTX_TEST_LLMCOMPRESSOR")
+    with pytest.raises(LongctxError) as exc:
+        TransformersBackend.load(str(folder), dtype="float32", device="cpu")
+    message = str(exc.value)
+    assert message.startswith(f"--model {folder}: its quantized tensors (compressed-tensors W4A16, groups of 128, asymmetric) "
+                              "are stored in shapes that transformers with compressed-tensors ")
+    assert "wrote it: the format as written and as read here differ, the file is not damaged" in message
+    assert "damaged or partly downloaded" not in message and "\n" not in message
+
+
 def test_the_ignore_list_leaves_those_layers_in_float(made, loaded):
     """``w4a16-ignore`` ignored layer 0's attention and every down_proj: their weights are the float
     model's bit for bit, in the file and as loaded; every other linear layer is 4-bit."""

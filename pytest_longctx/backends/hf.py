@@ -210,6 +210,14 @@ def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: st
     if device == "cpu" and GPU_ONLY.search(str(exc)):
         raise LongctxError(f"--model {model}: its quantization ({what}) runs only on a GPU kernel, and this run is on the "
                            f"CPU ({first}); score it on a GPU (--device cuda)") from None
+    if "ignore_mismatched_sizes" in str(exc):  # transformers' report of stored shapes it did not expect, logged above
+        libraries = ", ".join(f"{name} {v}" for name, v in quantized.library_versions(quantization).items())
+        written = quantization.get("version")
+        raise LongctxError(f"--model {model}: its quantized tensors ({what}) are stored in shapes that transformers"
+                           f"{' with ' + libraries if libraries else ''} does not expect (its report above lists them as "
+                           f"MISMATCH){'; compressed-tensors ' + written + ' wrote it' if written else ''}: the format as "
+                           "written and as read here differ, the file is not damaged; gate it where it runs (vLLM: "
+                           "--longctx-backend vllm) or with the library version that wrote it") from None
     if isinstance(exc, ImportError):
         hint = quantized.install_hint(quantization)
         raise LongctxError(f"--model {model}: its quantization ({what}) needs a library that is missing here or too old: "
