@@ -434,8 +434,10 @@ class TransformersBackend:
         import torch
         import transformers
 
-        # the dtypes it computes in; quantized weights' integer storage is what "quantization" names
-        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()})
+        # the dtypes it computes in; quantized weights' integer storage is what "quantization" names, and the
+        # scales beside a weight de-quantized on load (NVFP4's in bfloat16) are not computed with
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in quantized.model_parameters(self.model).values()
+                         if p.is_floating_point()})
         quantization = quantization_config(self.model)
         config = config_fingerprint(self.model)
         if self.context_compression:  # another press or cache computes something else: its answers are never served for another's

@@ -64,6 +64,24 @@ TUPLE = "tag:yaml.org,2002:python/tuple"  # how PyYAML writes a tuple, as llm-co
 CALIBRATED = {"GPTQModifier", "AWQModifier", "AutoRoundModifier", "SmoothQuantModifier"}
 
 
+# what compressed-tensors keeps beside a quantized layer's weight: its scales and shape (beside a floating-point
+# weight, loaded de-quantized, they describe it and are not the model's own tensors)
+QUANTIZATION_METADATA = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".weight_global_scale")
+
+
+def model_parameters(model: Any) -> dict[str, Any]:
+    """Name -> parameter, a tied tensor once (under its first name); a quantized layer's metadata beside
+    a floating-point weight (compressed-tensors' weight-only schemes, loaded de-quantized: the weight
+    holds the values it computes with) left out."""
+    found = dict(model.named_parameters())
+
+    def metadata(name: str) -> bool:
+        weight = found.get(f"{name.rpartition('.')[0]}.weight")
+        return name.endswith(QUANTIZATION_METADATA) and weight is not None and weight.is_floating_point()
+
+    return {name: p for name, p in found.items() if not metadata(name)}
+
+
 def method(quantization: Mapping[str, Any]) -> str | None:
     """The config's ``quant_method`` as a plain string (transformers writes an enum)."""
     value = quantization.get("quant_method")

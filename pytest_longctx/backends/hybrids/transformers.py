@@ -41,24 +41,8 @@ from pytest_longctx.errors import LongctxError
 
 LAYER = re.compile(r"^(?P<stack>.*\.layers?|.*\.h|.*\.blocks)\.(?P<index>\d+)\.(?P<rest>.+)$")
 ATTENTION = ("self_attn.", "attention.", "attn.")
-# what compressed-tensors keeps beside a quantized layer's weight: its scales and shape (beside a floating-point
-# weight, loaded de-quantized, they describe it and are not the model's own tensors), or its packed 4-bit integers
-QUANTIZATION_METADATA = (".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".weight_global_scale")
 PACKED = (".weight_packed", ".qweight")  # compressed-tensors' packed integers; GPTQ-style packing (auto-round's format)
 MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
-
-
-def parameters(model: Any) -> dict[str, Any]:
-    """Name -> parameter, a tied tensor once (under its first name); a quantized layer's metadata beside
-    a floating-point weight (compressed-tensors' weight-only schemes, loaded de-quantized: the weight
-    holds the values it computes with) left out."""
-    found = dict(model.named_parameters())
-
-    def metadata(name: str) -> bool:
-        weight = found.get(f"{name.rpartition('.')[0]}.weight")
-        return name.endswith(QUANTIZATION_METADATA) and weight is not None and weight.is_floating_point()
-
-    return {name: p for name, p in found.items() if not metadata(name)}
 
 
 def stored(parameter: Any) -> bool:
@@ -74,7 +58,7 @@ def stored_layers(original: Any, candidate: Any) -> set[str]:
     names as the other's: a hybrid swaps such a module whole, as its library runs it."""
     found = set()
     for model in (original, candidate):
-        for name, parameter in parameters(model).items():
+        for name, parameter in quantized.model_parameters(model).items():
             if stored(parameter) and not name.endswith(PACKED):
                 found.add(name.rpartition(".")[0])
     return found
@@ -114,7 +98,7 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
     check_granularity(granularity)
     embed = _names_of(model, model.get_input_embeddings())
     head = _names_of(model, model.get_output_embeddings()) - embed  # tied with the embeddings, it is the part embed
-    return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in parameters(model))
+    return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in quantized.model_parameters(model))
 
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str,
@@ -128,7 +112,7 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
     for model, option, name in ((original, "--reference", original_name), (candidate, "--model", candidate_name)):
-        packed = next((n for n in [*parameters(model), *(b for b, _ in model.named_buffers())] if n.endswith(PACKED)), None)
+        packed = next((n for n in [*quantized.model_parameters(model), *(b for b, _ in model.named_buffers())] if n.endswith(PACKED)), None)
         if packed:
             said = quantized.describe(quantization_config(model), rounds_activations(model))
             raise LongctxError(f"{option} {name} runs its layers packed ({said}; {packed}): blame makes its hybrids of "
@@ -136,7 +120,7 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
                                "kernel, torchao and bitsandbytes as they store them) and cannot split these into parts; the "
                                "gate's verdict on it stands without blame")
     swapped = stored_layers(original, candidate) if swapped is None else swapped
-    shapes = [{n: tuple(p.shape) for n, p in parameters(m).items() if n.rpartition(".")[0] not in swapped}
+    shapes = [{n: tuple(p.shape) for n, p in quantized.model_parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
@@ -148,7 +132,7 @@ def _dtypes(tensors: Iterable[Any]) -> str:
 def cost(original: Any, candidate: Any, parts: Iterable[Part], sizes: Sequence[dict[str, int]]) -> Cost:
     """What ``parts`` hold in each model: parameters, and bytes as ``sizes`` (the original's, the
     candidate's: ``stored_bytes`` of each parameter, taken as loaded) says."""
-    mine, theirs = parameters(original), parameters(candidate)
+    mine, theirs = quantized.model_parameters(original), quantized.model_parameters(candidate)
     names = [n for part in parts for n in part.parameters]
     return Cost(sum(mine[n].numel() for n in names), sum(sizes[0][n] for n in names), sum(sizes[1][n] for n in names),
                 f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
@@ -160,7 +144,7 @@ def check_not_recast(original: Any, candidate: Any, original_name: str, candidat
     restore share would be 0; its drift is the rounding of all parts at once."""
     import torch
 
-    mine, theirs = parameters(original), parameters(candidate)
+    mine, theirs = quantized.model_parameters(original), quantized.model_parameters(candidate)
     if swapped or all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
             torch.equal(mine[n].data.to(device=theirs[n].device, dtype=theirs[n].dtype), theirs[n].data) for n in mine):
         return
@@ -185,7 +169,7 @@ class Hybrid:
 
     def __init__(self, target: Any, source: Any, swapped: set[str] = frozenset()):
         self.models = target, source
-        self.target, self.source = parameters(target), parameters(source)
+        self.target, self.source = quantized.model_parameters(target), quantized.model_parameters(source)
         self.swapped = swapped
         self.saved: dict[str, Any] = {}
         self.modules: dict[str, Any] = {}  # a swapped layer's name -> the target's own module
@@ -380,7 +364,7 @@ class StateDictPair:
         found = fingerprints or (weights_fingerprint(original), weights_fingerprint(candidate))
         self.fingerprints = {ORIGINAL: found[0], CANDIDATE: found[1]}
         # bytes as loaded, before a forward pass (bitsandbytes may repack its scales on the first one)
-        self.sizes = [{n: stored_bytes(p) for n, p in parameters(model).items()} for model in (original, candidate)]
+        self.sizes = [{n: stored_bytes(p) for n, p in quantized.model_parameters(model).items()} for model in (original, candidate)]
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
@@ -405,7 +389,7 @@ class StateDictPair:
     def unchanged(self, part: Part) -> bool:
         import torch
 
-        mine, theirs = parameters(self.models[ORIGINAL]), parameters(self.models[CANDIDATE])
+        mine, theirs = quantized.model_parameters(self.models[ORIGINAL]), quantized.model_parameters(self.models[CANDIDATE])
         return all(n.rpartition(".")[0] not in self.swapped and mine[n].dtype == theirs[n].dtype
                    and torch.equal(mine[n].data, theirs[n].data.to(mine[n].device)) for n in part.parameters)
 
