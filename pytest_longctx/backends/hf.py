@@ -658,14 +658,14 @@ def _decompress_now(model: Any) -> None:
     hook): done here, the weights fingerprinted are the ones every read runs with. It unpacks
     float4 weights (NVFP4, MXFP4) to bfloat16 whatever the model's dtype, which a float32 model
     cannot multiply with: they are cast to the dtype the rest of the model was loaded in (from
-    bfloat16 to float32, exactly)."""
+    bfloat16 to float32, exactly). Weights kept in float8 (a GPU kernel runs them compressed) stay so."""
     if getattr(model, "ct_decompress_hook", None) is not None:
         model.hf_quantizer.compressor.decompress_model(model)
     loaded = model.get_input_embeddings().weight.dtype
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if (getattr(module, "quantization_scheme", None) is not None and weight is not None
-                and weight.dtype.is_floating_point and weight.dtype != loaded):
+                and weight.dtype.is_floating_point and weight.element_size() > 1 and weight.dtype != loaded):
             weight.data = weight.data.to(loaded)
 
 
