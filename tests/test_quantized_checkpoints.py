@@ -218,6 +218,8 @@ FP8_TOKEN = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tok
      "torchao int2 weights, int8 activations rounded per token as they run"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": True},
      "bitsandbytes fp4, double quantization"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16"},
+     "bitsandbytes nf4, computed in bfloat16"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": FP8_CHANNEL, "input_activations": FP8_TOKEN}}},
      "compressed-tensors W8A8, float8 weights per channel, float8 activations dynamic per token, rounded as they run"),
     ({"quant_method": "compressed-tensors", "config_groups": {

@@ -297,7 +297,9 @@ def _auto_round(quantization: Mapping[str, Any]) -> str:
 def _bitsandbytes(quantization: Mapping[str, Any]) -> str:
     if quantization.get("load_in_4bit"):
         double = ", double quantization" if quantization.get("bnb_4bit_use_double_quant") else ""
-        return f"{quantization.get('bnb_4bit_quant_type', 'fp4')}{double}"
+        compute = str(quantization.get("bnb_4bit_compute_dtype") or "float32").removeprefix("torch.")
+        computed = f", computed in {compute}" if compute != "float32" else ""  # each layer's input cast to it
+        return f"{quantization.get('bnb_4bit_quant_type', 'fp4')}{double}{computed}"
     return f"int8 (LLM.int8(), outlier threshold {quantization.get('llm_int8_threshold', 6.0)})"
 
 
