@@ -695,8 +695,9 @@ def config_fingerprint(model: Any) -> str:
     libraries = quantized.library_versions(quantization)
     if libraries:  # absent otherwise: the digests of models without quantization stay as they were
         config["_quantization_libraries"] = libraries
-    if _kernels(model):  # another kernel rounds otherwise
-        config["_quantization_kernels"] = _kernels(model)
+    kernels = _kernels(model)
+    if kernels:  # another kernel rounds otherwise
+        config["_quantization_kernels"] = kernels
     if quantization.get("dequantized_on_load"):  # what the weights were de-quantized from
         config["_dequantized_from"] = quantization
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]

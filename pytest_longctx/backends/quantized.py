@@ -148,22 +148,7 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
         return "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
     if name == "gguf":
         return "GGUF, de-quantized to the loading dtype"
-    if name == "auto-round":
-        return _auto_round(quantization)
-    bits, group = quantization.get("bits"), quantization.get("group_size")
-    words = [name + (f" {bits}-bit" if bits else "")]
-    if isinstance(group, int) and group > 0:
-        words.append(f"groups of {group}")
-    if quantization.get("sym") is False or quantization.get("zero_point") is True:
-        words.append("asymmetric")
-    if quantization.get("desc_act"):
-        words.append("activation order")
-    if name == "awq" and quantization.get("version"):
-        words.append(f"{quantization['version']} packing")
-    provider = quantization.get("provider")  # auto-round writes it with its version when it exports these formats
-    made = f"by {provider}" + (f" {quantization['autoround_version']}" if provider == "auto-round" and quantization.get(
-        "autoround_version") else "") if provider else ""
-    return ", ".join(words + ([made] if made else []))
+    return _integer_format(name, quantization)
 
 
 def made_by(recipe: str | Path | None, quantization: Mapping[str, Any], written: str | None = None) -> str:
@@ -279,19 +264,30 @@ def _torchao(quantization: Mapping[str, Any]) -> str:
     return "; ".join(kinds) or "unknown"
 
 
-def _auto_round(quantization: Mapping[str, Any]) -> str:
-    """auto-round's own format: ``auto-round int4, groups of 32, auto_round:auto_gptq packing, by
-    auto-round 0.15.1``. Its config does not record whether the rounding was tuned (AutoRound's
-    steps) or to nearest."""
-    group, made = quantization.get("group_size"), quantization.get("autoround_version")
-    words = [f"auto-round {quantization.get('data_type', 'int')}{quantization.get('bits', '?')}"]
+def _integer_format(name: str, quantization: Mapping[str, Any]) -> str:
+    """A format of integer weights in groups (gptq, awq, auto-round's own, and others like them):
+    ``gptq 4-bit, groups of 32, by auto-round 0.16.1``, ``auto-round int4, groups of 32,
+    auto_round:auto_gptq packing, by auto-round 0.15.1``. auto-round says it made a checkpoint
+    (its own format, or ``provider`` when it exports another) but not whether its rounding was
+    tuned (AutoRound's steps) or to nearest."""
+    bits, group = quantization.get("bits"), quantization.get("group_size")
+    own = name == "auto-round"
+    words = [f"auto-round {quantization.get('data_type', 'int')}{bits or '?'}" if own else name + (f" {bits}-bit" if bits else "")]
     if isinstance(group, int) and group > 0:
         words.append(f"groups of {group}")
-    if quantization.get("sym") is False:
+    if quantization.get("sym") is False or quantization.get("zero_point") is True:
         words.append("asymmetric")
-    if quantization.get("packing_format"):
+    if quantization.get("desc_act"):
+        words.append("activation order")
+    if name == "awq" and quantization.get("version"):
+        words.append(f"{quantization['version']} packing")
+    if own and quantization.get("packing_format"):
         words.append(f"{quantization['packing_format']} packing")
-    return ", ".join(words) + (f", by auto-round {made}" if made else "")
+    maker = "auto-round" if own else quantization.get("provider")
+    if maker:
+        version = quantization.get("autoround_version") if maker == "auto-round" else None
+        words.append(f"by {maker}" + (f" {version}" if version else ""))
+    return ", ".join(words)
 
 
 def _bitsandbytes(quantization: Mapping[str, Any]) -> str:
