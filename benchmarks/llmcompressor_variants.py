@@ -32,6 +32,8 @@ Without ``--model`` the float model is a tiny random qwen3 (width 128, 2 layers,
 * ``nvfp4a16``: NVFP4A16, float4 (e2m1) weights in groups of 16 with float8 scales and one float32
   scale per tensor
 * ``mxfp4a16``: MXFP4A16, float4 (e2m1) weights in groups of 32 with power-of-two scales
+* ``w8a8-kv-fp8``: W8A8 with a float8 KV cache (``kv_cache_scheme``: e4m3, one scale per layer for
+  keys and one for values, calibrated), as vLLM serves with ``kv-cache-dtype=fp8``
 * ``w4a16-asym``: W4A16_ASYM, int4 weights in groups of 128 with zero points (packed eight to a
   word), which transformers 5.25 with compressed-tensors 0.20 does not load (tests/test_llmcompressor_checkpoints.py)
 * ``w4a16-gptq`` / ``w4a16-gptq-gN``: GPTQ in groups of 128 / N
@@ -40,7 +42,7 @@ Without ``--model`` the float model is a tiny random qwen3 (width 128, 2 layers,
 * ``w4a16-autoround-gN``: AutoRound (the auto-round library inside llm-compressor, ``--iters``
   steps of signed gradient descent per decoder layer), int4 in groups of N
 
-The calibrated kinds (SmoothQuant, GPTQ, AWQ, AutoRound) read ``--samples`` sequences of ``--seq`` tokens: cut
+The calibrated kinds (SmoothQuant, GPTQ, AWQ, AutoRound, the KV cache's scales) read ``--samples`` sequences of ``--seq`` tokens: cut
 from ``--text`` when given, else random token ids (enough to exercise the tiny model, meaningless
 for a real one). ``OUT/made.json`` records each kind's seconds, recipe and the versions used.
 """
@@ -54,13 +56,15 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("w4a16", "w4a16-g32", "w4a16-ignore", "w8a8", "w8a8-smoothquant", "w4a16-gptq", "w4a16-awq-g32",
-         "w4a16-autoround-g32", "w8a16", "fp8-dynamic", "fp8-block", "nvfp4a16", "mxfp4a16", "w4a16-asym")
+         "w4a16-autoround-g32", "w8a16", "fp8-dynamic", "fp8-block", "nvfp4a16", "mxfp4a16", "w4a16-asym", "w8a8-kv-fp8")
 # the kinds that are one of llm-compressor's preset schemes, rounded to nearest, by the preset's name
 PRESETS = {"w8a8": "W8A8", "w8a16": "W8A16", "fp8-dynamic": "FP8_DYNAMIC", "fp8-block": "FP8_BLOCK",
            "nvfp4a16": "NVFP4A16", "mxfp4a16": "MXFP4A16", "w4a16-asym": "W4A16_ASYM"}
 # the first layer's attention and every layer's down_proj stay in float in ``w4a16-ignore``
 IGNORED = ["lm_head", r"re:.*layers\.0\.self_attn\..*", r"re:.*mlp\.down_proj$"]
 SMOOTHING = 0.8
+# llm-compressor's float8 KV cache: static scales per tensor, calibrated on the keys after their rotary embedding
+FP8_CACHE = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
 ITERS = 200  # AutoRound's default steps per decoder layer
 
 
@@ -117,6 +121,8 @@ def recipe(kind: str, iters: int = ITERS) -> tuple[list[Any], bool]:
         return [QuantizationModifier(targets="Linear", scheme="W4A16", ignore=IGNORED)], False
     if kind in PRESETS:
         return [QuantizationModifier(targets="Linear", scheme=PRESETS[kind], ignore=["lm_head"])], False
+    if kind == "w8a8-kv-fp8":
+        return [QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"], kv_cache_scheme=FP8_CACHE)], True
     if kind == "w8a8-smoothquant":
         return [SmoothQuantModifier(smoothing_strength=SMOOTHING),
                 QuantizationModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])], True

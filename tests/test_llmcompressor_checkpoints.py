@@ -50,9 +50,10 @@ KINDS = {
     "fp8-block": f"W8A8, float8 weights in blocks of 128x128, float8 activations dynamic per group of 128, rounded as they run; {RTN}",
     "nvfp4a16": f"W4A16, float4 weights in groups of 16 with a scale per tensor too (NVFP4); {RTN}",
     "mxfp4a16": f"W4A16, float4 weights in groups of 32 (MXFP4); {RTN}",
+    "w8a8-kv-fp8": f"{W8A8}; float8 KV cache per tensor, rounded as it runs; {RTN}",
 }
-# the kinds that round their activations as they run
-ROUNDING = ("w8a8", "w8a8-smoothquant", "fp8-dynamic", "fp8-block")
+# the kinds that round their activations (or keys and values) as they run
+ROUNDING = ("w8a8", "w8a8-smoothquant", "fp8-dynamic", "fp8-block", "w8a8-kv-fp8")
 IDS = np.random.default_rng(0).integers(0, 128, 300).tolist()  # the tiny model's 128 tokens
 POSITIONS = list(range(0, 299, 7))
 CUT = 150
@@ -144,7 +145,8 @@ def de_quantized(folder: Path) -> tuple[dict[str, np.ndarray], set[str]]:
         elif kind == "weight" and f"{layer}.weight_scale" in tensors:
             values = tensor.astype(np.float32)  # int8 or float8 stored as is
         else:
-            if kind not in ("weight_scale", "weight_shape", "weight_zero_point", "weight_global_scale"):
+            # the KV cache's scales (k_scale, v_scale) round no weight
+            if kind not in ("weight_scale", "weight_shape", "weight_zero_point", "weight_global_scale", "k_scale", "v_scale"):
                 weights[name] = tensor.astype(np.float32)
             continue
         scale = scales(tensors, layer, weights_scheme)  # [rows, groups], or [row blocks, column blocks]
@@ -255,6 +257,76 @@ def test_w8a8_activations_are_rounded_on_compressed_tensors_grid_not_vllms(kind,
     assert gaps["weights only"] > 10 * max(gaps["compressed-tensors"], 1e-6)
 
 
+def to_float8(x: Any, scale: Any) -> Any:
+    """``x`` on float8 e4m3's grid times ``scale``: the nearest float8 number to x / scale, scaled back."""
+    import torch
+
+    return (x / scale).clamp(-FLOAT8_MAX, FLOAT8_MAX).to(torch.float8_e4m3fn).to(x.dtype) * scale
+
+
+def test_a_float8_kv_cache_is_rounded_with_the_checkpoints_scales(made, loaded, monkeypatch):
+    """W8A8 with llm-compressor's float8 KV cache: transformers drops the k_scale / v_scale it saved beside
+    each attention layer and would read with a full-precision cache. The reads, in two pieces over the
+    backend's KV cache, are the hand-made W8A8 model with every key rounded by hand to float8 on its
+    layer's k_scale as the rotary embedding returns it (what the cache holds) and every value on v_scale
+    as v_proj makes it, to float32 rounding; the same model without the cache's rounding reads
+    measurably otherwise."""
+    import torch
+    from safetensors import safe_open
+    from transformers.models.qwen3 import modeling_qwen3
+
+    folder = made / "w8a8-kv-fp8"
+    with safe_open(str(folder / "model.safetensors"), "np") as stored:
+        scales = {name: torch.from_numpy(stored.get_tensor(name)) for name in stored.keys() if name.endswith(("k_scale", "v_scale"))}
+    top1, logprobs = backend_reads(loaded("w8a8-kv-fp8"))
+    activations = partial(round_per_token, divisor=127.5)  # W8A8's, as compressed-tensors rounds them
+    unrounded = naive_reads(hand_made(folder, activations))[1]
+    model, layer = hand_made(folder, activations), {}
+    for index, decoder in enumerate(model.model.layers):
+        attention = f"model.layers.{index}.self_attn"
+        decoder.self_attn.register_forward_pre_hook(lambda *_, index=index: layer.update(index=index))
+        decoder.self_attn.v_proj.register_forward_hook(lambda _, __, out, s=scales[f"{attention}.v_scale"]: to_float8(out, s))
+    rotate = modeling_qwen3.apply_rotary_pos_emb
+
+    def rotated_then_rounded(q: Any, k: Any, cos: Any, sin: Any, *args: Any) -> Any:
+        q, k = rotate(q, k, cos, sin, *args)
+        return q, to_float8(k, scales[f"model.layers.{layer['index']}.self_attn.k_scale"])
+
+    monkeypatch.setattr(modeling_qwen3, "apply_rotary_pos_emb", rotated_then_rounded)
+    want_top1, want = naive_reads(model)
+    gap, cache_exact = float(np.max(np.abs(logprobs - want))), float(np.max(np.abs(logprobs - unrounded)))
+    print(f"\nw8a8-kv-fp8 reads against the hand-made model, largest gap in nats: {gap} (a full-precision cache: {cache_exact})")
+    assert top1 == want_top1 and gap <= 1e-5
+    assert cache_exact > 10 * max(gap, 1e-6)
+
+
+def test_a_kv_cache_scheme_the_backend_cannot_run_is_one_line(made, tmp_path):
+    """A dynamic KV cache scheme, or one whose scales the weights do not hold, stops the load with one line
+    naming the scheme or the missing tensor and what to do; kv-cache=fp8 on top of the checkpoint's own
+    cache is refused, and so is blame, whose hybrids cannot take that rounding apart."""
+    import shutil
+
+    from pytest_longctx.backends.hf import factory
+    from pytest_longctx.errors import LongctxError
+
+    dynamic, unscaled = tmp_path / "dynamic", tmp_path / "unscaled"
+    shutil.copytree(made / "w8a8-kv-fp8", dynamic)
+    config = json.loads((dynamic / "config.json").read_text())
+    config["quantization_config"]["kv_cache_scheme"]["dynamic"] = True
+    (dynamic / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LongctxError, match=r'kv_cache_scheme \(.*"dynamic": true.*only static symmetric.*kv-cache-dtype=fp8'):
+        TransformersBackend.load(str(dynamic), dtype="float32", device="cpu")
+    shutil.copytree(made / "w8a8", unscaled)  # its weights hold no k_scale
+    config = json.loads((made / "w8a8-kv-fp8" / "config.json").read_text())
+    (unscaled / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LongctxError, match=r"hold no model\.layers\.0\.self_attn\.k_scale: re-save it"):
+        TransformersBackend.load(str(unscaled), dtype="float32", device="cpu")
+    with pytest.raises(LongctxError, match="has a KV cache scheme of its own"):
+        factory(str(made / "w8a8-kv-fp8"), dtype="float32", device="cpu", options={"kv-cache": "fp8"})
+    with pytest.raises(LongctxError, match="rounds its keys and values as its kv_cache_scheme says: blame's hybrids"):
+        fix_set_pair(made, "w8a8-kv-fp8")
+
+
 def test_an_asymmetric_checkpoint_this_stack_cannot_load_is_one_line_not_a_damaged_file(made):
     """W4A16_ASYM packs its zero points eight to an int32 word as compressed-tensors 0.19 writes them;
     transformers 5.25 with compressed-tensors 0.20 expects them unpacked and refuses the shapes. The
@@ -306,12 +378,14 @@ def test_the_backend_says_what_each_is_and_who_made_it(made, loaded):
 
 
 def test_each_quantization_has_its_own_fingerprint(loaded):
-    """The same float model made thirteen ways: thirteen weight digests; the config digest follows the
-    scheme (GPTQ's records its activation order, the ignore list its layers), so the methods that
-    change only weights share the config of round to nearest in the same scheme: SmoothQuant
-    W8A8's, AWQ's and AutoRound's groups of 32 that of w4a16-g32."""
+    """The same float model made fourteen ways: the weight digests differ but for W8A8 with and without
+    a float8 KV cache (the same weights), whose config digests differ (the cache's scales are not
+    weights); the config digest follows the scheme (GPTQ's records its activation order, the ignore
+    list its layers), so the methods that change only weights share the config of round to nearest
+    in the same scheme: SmoothQuant W8A8's, AWQ's and AutoRound's groups of 32 that of w4a16-g32."""
     described = {kind: loaded(kind).describe() for kind in KINDS}
-    assert len({d["weights"] for d in described.values()}) == len(KINDS)
+    assert len({d["weights"] for d in described.values()}) == len(KINDS) - 1
+    assert described["w8a8"]["weights"] == described["w8a8-kv-fp8"]["weights"]
     assert len({d["config"] for d in described.values()}) == len(KINDS) - 3
     assert described["w8a8"]["config"] == described["w8a8-smoothquant"]["config"]
     assert described["w4a16-g32"]["config"] == described["w4a16-awq-g32"]["config"] == described["w4a16-autoround-g32"]["config"]

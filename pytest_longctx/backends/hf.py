@@ -278,6 +278,11 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         first = first_line(exc)
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
+    if quantization.get("kv_cache_scheme"):  # transformers drops its scales: the backend runs it itself
+        try:
+            kv_caches.use_checkpoint_scheme(loaded, quantization["kv_cache_scheme"], where)
+        except LongctxError as exc:
+            raise LongctxError(f"--model {model}: {exc}") from None
     return (loaded if loading else loaded.to(device)).eval(), tokenizer
 
 
@@ -362,6 +367,9 @@ class TransformersBackend:
         """Read each read's context into the quantized KV cache ``spec`` names (``fp8``) in one call, and its
         question through it (docs/metrics.md#quantized-kv-caches)."""
         name = kv_caches.name_of(spec)
+        if kv_caches.checkpoint_scales(self.model):
+            raise LongctxError(f"{kv_caches.OPTION}={spec}: the checkpoint has a KV cache scheme of its own, which every read "
+                               "already runs (its kv_cache_scheme); leave the option out")
         self.context_cache = kv_caches.cache_factory(spec, self.model)
         self.kv_cache = name
 
@@ -452,7 +460,8 @@ class TransformersBackend:
             # transformers' config objects drop keys they do not know (auto-round's provider and version, when it
             # exports the GPTQ or AWQ format): the description reads them from the stored config
             "quantization": "; ".join(filter(None, (quantized.describe({**stored_quantization(self.model), **quantization}
-                                                                       if quantization else {}, rounds_activations(self.model)),
+                                                                       if quantization else {}, rounds_activations(self.model),
+                                                                       bool(kv_caches.checkpoint_scales(self.model))),
                                                      quantized.made_by(self.recipe, quantization, self._written()),
                                                      _kernels_said(self.model)))),
             "device": placement(self.model) or self.device.type,
@@ -698,6 +707,9 @@ def config_fingerprint(model: Any) -> str:
     kernels = _kernels(model)
     if kernels:  # another kernel rounds otherwise
         config["_quantization_kernels"] = kernels
+    scales = kv_caches.checkpoint_scales(model)
+    if scales:  # the KV cache's scales, which transformers keeps out of the state_dict
+        config["_kv_cache_scales"] = scales
     if quantization.get("dequantized_on_load"):  # what the weights were de-quantized from
         config["_dequantized_from"] = quantization
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]

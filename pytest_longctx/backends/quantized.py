@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pytest_longctx.backends import kv_caches
 from pytest_longctx.errors import first_line
 
 # quant_method -> (the module transformers imports to run it, its distribution: also the extra's name)
@@ -122,11 +123,12 @@ def library_versions(quantization: Mapping[str, Any]) -> dict[str, str]:
         return {}
 
 
-def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) -> str:
+def describe(quantization: Mapping[str, Any], activations_rounded: bool = True, cache_rounded: bool = True) -> str:
     """What the candidate is, in words: ``torchao int8 weight-only``, ``bitsandbytes nf4``,
     ``compressed-tensors W4A16, groups of 64``; ``none`` for a model without quantization.
     ``activations_rounded``: whether the loaded model rounds the activations a scheme names
-    (compressed-tensors decompressed for good rounds none)."""
+    (compressed-tensors decompressed for good rounds none); ``cache_rounded``: whether it rounds its
+    keys and values as the checkpoint's KV cache scheme says."""
     name = method(quantization)
     if name is None:
         return "none"
@@ -145,7 +147,9 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True) 
         return f"bitsandbytes {_bitsandbytes(quantization)}"
     if name == "compressed-tensors":
         groups = (quantization.get("config_groups") or {}).values()
-        return "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
+        said = "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
+        cache = quantization.get("kv_cache_scheme")
+        return f"{said}; {kv_caches.scheme_words(cache, cache_rounded)}" if cache else said
     if name == "gguf":
         return "GGUF, de-quantized to the loading dtype"
     return _integer_format(name, quantization)

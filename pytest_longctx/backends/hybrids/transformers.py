@@ -17,7 +17,7 @@ import re
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
-from pytest_longctx.backends import quantized
+from pytest_longctx.backends import kv_caches, quantized
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.hf import (
     TransformersBackend,
@@ -119,6 +119,11 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
                                "layers held under the float model's names (compressed-tensors de-quantized where it has no "
                                "kernel, torchao and bitsandbytes as they store them) and cannot split these into parts; the "
                                "gate's verdict on it stands without blame")
+        if kv_caches.checkpoint_scales(model):
+            raise LongctxError(f"{option} {name} rounds its keys and values as its kv_cache_scheme says: blame's hybrids "
+                               "take weights from one side to the other and cannot make that rounding a part of its own; "
+                               "to blame its weights, copy the checkpoint with kv_cache_scheme removed from its config.json "
+                               "(the gate's drift of the two then differs by what the KV cache costs)")
     swapped = stored_layers(original, candidate) if swapped is None else swapped
     shapes = [{n: tuple(p.shape) for n, p in quantized.model_parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
