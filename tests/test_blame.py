@@ -362,24 +362,30 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
     assert mine == theirs  # every row state of every part both ways, the fix set's steps and the verification, bit for bit
     # the original's recording stands in for its scoring for the unchanged parts: one more scoring, the candidate's
     assert reused.hybrids == whole.hybrids + 1
-    # what was skipped: each hybrid on the items from the boundary kept at or below its first changed layer
+    # what was skipped: each hybrid on the items from the boundary kept at or below its first layer taken from the
+    # other side, or, where higher, from the other side's boundary at or below its first changed layer not taken (its
+    # layers below that one are all the other side's)
     kept = [b for b in range(every, 5, every)] + [4]
     start = {k: max((b for b in kept if b <= k), default=0) for k in range(5)}
     layer = {f"layer.{k}": k for k in range(4)}
-    first_layers = [layer[p.part.name] for p in reused.parts if not p.unchanged] * 2  # restore and damage
+    changed = {layer[p.part.name] for p in reused.parts if not p.unchanged}
+    taken_sets = [{layer[p.part.name]} for p in reused.parts if not p.unchanged] * 2  # restore and damage
     kept_parts = []
     for move in reused.fix_moves:  # the fix set's hybrids: the parts kept with the one tried, or without the one left out
         name = move.split()[1]
         if move.startswith("+ ") and kept_parts:
-            first_layers.append(min(layer[n] for n in [*kept_parts, name]))
+            taken_sets.append({layer[n] for n in [*kept_parts, name]})
         elif move.startswith("without "):
             name = move.split()[1].rstrip(":")
-            first_layers.append(min(layer[n] for n in kept_parts if n != name))
+            taken_sets.append({layer[n] for n in kept_parts if n != name})
         if move.startswith("+ "):
             kept_parts.append(name)
     assert len(reused.rows) == 1  # one row: its items are the whole selection
     tokens = forwarded_tokens(nudged, dataset)
-    assert reused.reuse["skipped"] == tokens * sum(start[k] for k in first_layers)
+    starts = [max(start[min(taken)], start[min(changed - taken, default=4)]) for taken in taken_sets]
+    # layer 0 alone from the other side: from that side's boundary 1, where one is kept
+    assert min(changed) == 0 and any(start[min(taken)] < s for taken, s in zip(taken_sets, starts)) == (every == 1)
+    assert reused.reuse["skipped"] == tokens * sum(starts)
     assert reused.reuse["scoring"] == tokens * 4 and reused.reuse["items"] == reused.hybrids * tokens * 4
     hidden = original.config.hidden_size
     assert reused.reuse["bytes"] == 2 * len(set(kept)) * tokens * hidden * 4  # both sides, float32
@@ -404,6 +410,8 @@ def test_twelve_changed_layers_read_the_same_from_the_boundaries_at_1_6x_fewer_t
     tokens = forwarded_tokens(candidate, dataset)
     today = whole.hybrids * tokens * 12  # every hybrid through every layer
     now = reused.reuse["items"] - reused.reuse["skipped"]
+    print(f"\n{whole.hybrids} hybrids whole: {today} token-layers; from the boundaries {reused.hybrids}: {now} run, "
+          f"{reused.reuse['skipped']} handed over ({reused.reuse['bytes']} bytes held)")
     assert reused.hybrids == whole.hybrids + 1 and today / now > 1.6
 
 

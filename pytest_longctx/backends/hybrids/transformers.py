@@ -7,7 +7,10 @@ A hybrid whose first changed part is decoder layer k computes layers 0..k-1 as i
 forward call while that side scores the blamed items (``recording``), and run a hybrid on the same
 items from the boundary at or below k (``Boundaries``): the layers below it are stand-ins that hand
 over the recorded stream, the rest run as always, so every logit is the one a whole forward pass
-computes.
+computes. A hybrid whose first k layers (and embeddings) all hold the other side's tensors, taken or
+equal on both sides, computes them as the other side does: it starts from the other side's boundary
+at or below k where that is higher (restoring layers 0..k-1 of the candidate starts at the original's
+boundary k). That holds where both sides compute in one dtype and no layer is swapped whole.
 """
 from __future__ import annotations
 
@@ -303,15 +306,19 @@ class Boundaries:
                 hook.remove()
 
     @contextmanager
-    def starting(self, boundary: int) -> Iterator[None]:
+    def starting(self, boundary: int, model: Any = None) -> Iterator[None]:
+        """Run ``model`` (default: the one recorded; another of the same architecture whose first ``boundary``
+        layers compute as the recorded one's do) from ``boundary`` on."""
         if boundary == 0:
             yield
             return
         import torch
 
+        target = self.model if model is None else model
+        layers = target.get_decoder().layers
         calls = iter(self.calls)
         now: dict[str, Any] = {}
-        count = len(self.layers)
+        count = len(layers)
 
         def enter(module: Any, args: tuple, kwargs: dict) -> None:
             now["stream"] = next(calls)[boundary]
@@ -342,15 +349,15 @@ class Boundaries:
                 owner.skipped += stream.shape[1]
                 return stream
 
-        saved = [self.layers[j] for j in range(min(boundary, count))]
-        hooks = [self.model.register_forward_pre_hook(enter, with_kwargs=True)]
+        saved = [layers[j] for j in range(min(boundary, count))]
+        hooks = [target.register_forward_pre_hook(enter, with_kwargs=True)]
         for j in range(len(saved)):
-            self.layers[j] = StandIn(j)
+            layers[j] = StandIn(j)
         try:
             yield
         finally:
             for j, layer in enumerate(saved):
-                self.layers[j] = layer
+                layers[j] = layer
             for hook in hooks:
                 hook.remove()
 
@@ -373,6 +380,7 @@ class StateDictPair:
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
+        self.differing: set[str] | None = None  # the tensors whose values or input rounding differ between the sides
 
     def can_reuse(self) -> bool:
         return all(reusable(model) for model in self.models.values())
@@ -404,13 +412,34 @@ class StateDictPair:
         made = Hybrid(target, self.models[other], self.swapped)
         recorded = self.boundaries.get(base) if reuse and taken else None
         start = recorded.start(first_layer(target, taken)) if recorded else 0
+        theirs = self.boundaries.get(other) if reuse and taken else None
+        if theirs is not None and theirs.start(self.held_as_other(base, taken)) > start:
+            recorded, start = theirs, theirs.start(self.held_as_other(base, taken))
         made.take(taken)
         try:
-            with recorded.starting(start) if recorded else nullcontext():
+            with recorded.starting(start, target) if recorded else nullcontext():
                 # a fresh one (the weights changed), fingerprinted by what it is made of
                 yield TransformersBackend(target, self.tokenizer, name=label, fingerprint=self.fingerprint(base, taken))
         finally:
             made.reset()
+
+    def held_as_other(self, base: str, taken: Sequence[Part]) -> int:
+        """How many leading decoder layers ``base`` holding ``taken`` computes exactly as the other side does: up
+        to the first layer (0: the embeddings) with a tensor not taken that differs between the sides; 0
+        where the sides compute in different dtypes or a layer is swapped whole (its module runs otherwise)."""
+        import torch
+
+        target, other = self.models[base], self.models[other_side(base)]
+        if self.swapped or target.dtype != other.dtype:
+            return 0
+        mine, theirs = quantized.model_parameters(target), quantized.model_parameters(other)
+        if self.differing is None:
+            rounds = {name: tuple(hasattr(m.get_submodule(name.rpartition(".")[0]), "quantization_scheme") for m in self.models.values())
+                      for name in mine}
+            self.differing = {n for n in mine if mine[n].dtype != theirs[n].dtype or rounds[n][0] != rounds[n][1]
+                              or not torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))}
+        names = {n for part in taken for n in part.parameters}
+        return first_layer(target, [Part(n, (n,)) for n in self.differing - names])
 
     def fingerprint(self, base: str, taken: Sequence[Part]) -> str:
         """The weights fingerprint of ``base`` holding ``taken`` from the other side: ``base``'s as loaded when
