@@ -18,9 +18,13 @@ each run's results JSON in --results, and prints:
 ``--reuse`` reads the results JSON a previous run left in --results instead of gating again
 (and gates only the candidates that have none).
 
-* ``--backend hf``: the transformers variants of ``benchmarks/variants.py`` and the model
-  with a 4-bit KV cache (``--longctx-backend variants:kv_int4``), against the committed
-  baseline.
+* ``--backend hf``: SmolLM2 rounded by torchao to 8 bits per channel and to 4 and 2 bits in
+  groups of 64 (``benchmarks/quantized_variants.py``: torchao-int8, torchao-int4-g64,
+  torchao-int2-g64, run by torchao), the damage no tool makes here from ``benchmarks/variants.py``
+  (window512: attention limited to the last 512 tokens) and the model with a 4-bit KV cache
+  (``--longctx-backend variants:kv_int4``), against the committed baseline. ``--only int8
+  int4-g64 int2-g64``: this project's own rounding of the weights (``benchmarks/variants.py``,
+  planted damage for the blame studies) instead.
 * ``--backend llama.cpp``: the GGUF files of ``benchmarks/gguf_variants.py`` (SmolLM2 at F32,
   then Q8_0, Q4_K_M, Q3_K_M and Q2_K from llama.cpp's own quantizer), the packaged Q4_1 file
   the F32 one was dequantized from (the same weights, llama.cpp's quantized kernels), and
@@ -47,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import gguf_variants  # noqa: E402
+import quantized_variants  # noqa: E402
 from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.gate.comparison import compare_files
 from pytest_longctx.gate.results import read_results
@@ -59,6 +64,8 @@ from variants import VARIANTS, build  # noqa: E402
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
+TOOL_VARIANTS = ("torchao-int8", "torchao-int4-g64", "torchao-int2-g64")  # the weights as torchao rounds them
+HAND_ROUNDED = ("int8", "int4-g64", "int2-g64")  # benchmarks/variants.py's own rounding: asked for by name only
 ALPHA = 0.05
 # llama.cpp's quantized KV caches: (cache-type-k, cache-type-v)
 KV_CACHES = {"kv-q8_0": ("q8_0", "q8_0"), "kv-q4_0": ("q4_0", "q4_0")}
@@ -170,8 +177,9 @@ def dig(sets: dict, path: tuple[str, ...]) -> float | None:
 def hf_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     """name -> (model, extra pytest options) of the transformers study."""
     folders = build(args.model, args.variants, tuple(name for name in args.only if name in VARIANTS))
+    tools = quantized_variants.build(args.model, args.variants, tuple(name for name in args.only if name in TOOL_VARIANTS))
     candidates = {"the model itself": (args.model, [])}
-    candidates.update({name: (str(path.resolve()), []) for name, path in folders.items()})  # pytest runs elsewhere
+    candidates.update({name: (str(path.resolve()), []) for name, path in {**tools, **folders}.items()})  # pytest runs elsewhere
     if KV_VARIANT in args.only:
         candidates[KV_VARIANT] = (args.model, ["--longctx-backend=variants:kv_int4"])
     return candidates
@@ -219,8 +227,8 @@ def main() -> None:
     parser.add_argument("--variants", type=Path, default=Path("variants"))
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=8)
-    every = (*VARIANTS, KV_VARIANT, *gguf_variants.QUANTS, PACKAGED, *KV_CACHES)
-    parser.add_argument("--only", nargs="*", choices=every, default=list(every))
+    every = (*TOOL_VARIANTS, *VARIANTS, KV_VARIANT, *gguf_variants.QUANTS, PACKAGED, *KV_CACHES)
+    parser.add_argument("--only", nargs="*", choices=every, default=[n for n in every if n not in HAND_ROUNDED])
     parser.add_argument("--results", type=Path, default=Path("variants/results"), help="where each run's results JSON is kept")
     parser.add_argument("--reuse", action="store_true", help="read the results a previous run left in --results")
     parser.add_argument("--min-effects", default="", help="rules count thresholds to recompute the rules rows with, e.g. 1,0.5,0.25")
@@ -236,7 +244,8 @@ def main() -> None:
         names = list(checkpoint_candidates(args))
         baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
     else:
-        names = ["the model itself", *(name for name in args.only if name in VARIANTS), *([KV_VARIANT] if KV_VARIANT in args.only else [])]
+        names = ["the model itself", *(name for name in (*TOOL_VARIANTS, *VARIANTS) if name in args.only),
+                 *([KV_VARIANT] if KV_VARIANT in args.only else [])]
         baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
     args.baseline = baseline
     selection = [f"--longctx-sets={args.sets}"] if args.sets else []

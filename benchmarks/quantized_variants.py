@@ -3,8 +3,8 @@ saved as its library saves it, to gate with the transformers backend
 (docs/backends.md#quantized-checkpoints). Round to nearest, every linear layer but the LM head:
 
 * ``torchao-int8``: torchao int8 weight-only, through transformers' TorchAoConfig
-* ``torchao-int4-gN``: torchao int4 weight-only in groups of N (IntxWeightOnlyConfig: the int4
-  layout that runs and saves on the CPU; Int4WeightOnlyConfig's default needs a CUDA library)
+* ``torchao-intB-gN``: torchao B-bit weight-only in groups of N, B from 1 to 8 (IntxWeightOnlyConfig,
+  symmetric: the layout that runs and saves on the CPU; Int4WeightOnlyConfig's default needs a CUDA library)
 * ``torchao-int8-dynamic``: torchao int8 weights per channel, int8 activations rounded per token
   as the model runs
 * ``autoround-gN``: int4 in groups of N by auto-round's own API in its round-to-nearest mode (no
@@ -89,9 +89,10 @@ def saved_by_compressed_tensors(source: Path, out: Path, weights: dict[str, Any]
     return out
 
 
-def saved_by_auto_round(source: Path, out: Path, group_size: int, form: str = "auto_round") -> Path:
+def saved_by_auto_round(source: Path, out: Path, group_size: int, form: str = "auto_round", symmetric: bool = True) -> Path:
     """``source`` rounded to int4 in groups of ``group_size`` by auto-round (``iters=0``: to nearest,
-    which reads no data), saved in ``form`` (auto-round's own format, auto_gptq or auto_awq). Its API asks for a tokenizer even then:
+    which reads no data), saved in ``form`` (auto-round's own format, auto_gptq or auto_awq; ``symmetric``
+    False: with zero points, which auto-round's own format packs as AWQ does). Its API asks for a tokenizer even then:
     the model's own, or for a folder without one a word-level one over its vocabulary (never used)."""
     import torch
     from auto_round import AutoRound
@@ -106,9 +107,19 @@ def saved_by_auto_round(source: Path, out: Path, group_size: int, form: str = "a
         vocabulary = {str(i): i for i in range(AutoConfig.from_pretrained(source).vocab_size)}
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab=vocabulary, unk_token="0")))
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    rounding = AutoRound(model, tokenizer=tokenizer, bits=4, group_size=group_size, sym=True, iters=0, disable_opt_rtn=True)
-    rounding.quantize()
-    rounding.save_quantized(str(out), format=form, inplace=True)
+    rounding = AutoRound(model, tokenizer=tokenizer, bits=4, group_size=group_size, sym=symmetric, iters=0, disable_opt_rtn=True)
+    # quantize_and_save, not quantize() then save_quantized(): auto-round 0.16 packs asymmetric layers for its own
+    # format only when it knows the format before rounding (else its export fails in WQLinear_GEMM); it writes
+    # into a folder named for the model and its bits under the one given, moved up here
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as work:
+        rounding.quantize_and_save(work, format=form)
+        [written] = {p.parent for p in Path(work).glob("**/config.json")}
+        out.mkdir(parents=True, exist_ok=True)
+        for file in written.iterdir():
+            shutil.move(str(file), str(out / file.name))
     return out
 
 
@@ -118,7 +129,7 @@ def make(kind: str, source: Path, out: Path) -> Path:
     from transformers import BitsAndBytesConfig, TorchAoConfig
 
     grouped = re.fullmatch(r"ct-w4a16-g(\d+)", kind)
-    int4 = re.fullmatch(r"torchao-int4-g(\d+)", kind)
+    intx = re.fullmatch(r"torchao-int([1-8])-g(\d+)", kind)
     autoround = re.fullmatch(r"(autoround|gptq|awq)-g(\d+)", kind)
     if autoround:
         form = {"autoround": "auto_round", "gptq": "auto_gptq", "awq": "auto_awq"}[autoround.group(1)]
@@ -127,11 +138,12 @@ def make(kind: str, source: Path, out: Path) -> Path:
         from torchao.quantization import Int8WeightOnlyConfig
 
         return saved_by_transformers(source, out, TorchAoConfig(Int8WeightOnlyConfig()))
-    if int4:
+    if intx:
         from torchao.quantization import IntxWeightOnlyConfig, PerGroup
 
-        return saved_by_transformers(source, out, TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int4,
-                                                                                      granularity=PerGroup(int(int4.group(1))))))
+        bits, group = intx.groups()
+        return saved_by_transformers(source, out, TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"),
+                                                                                      granularity=PerGroup(int(group)))))
     if kind == "torchao-int8-dynamic":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig
 
@@ -146,7 +158,24 @@ def make(kind: str, source: Path, out: Path) -> Path:
     if kind == "ct-w8a8":
         return saved_by_compressed_tensors(source, out, W8_CHANNEL, A8_TOKEN, form="int-quantized")
     raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)} "
-                     "(ct-w4a16-gN, torchao-int4-gN, autoround-gN, gptq-gN, awq-gN for other groups)")
+                     "(ct-w4a16-gN, torchao-intB-gN, autoround-gN, gptq-gN, awq-gN for other groups)")
+
+
+def build(model: str, out: Path, kinds: tuple[str, ...]) -> dict[str, Path]:
+    """Each of ``kinds`` of ``model`` (a folder or alias) in ``out/KIND`` with the model's tokenizer beside it
+    (the text mode reads it there), made once: a folder holding a config.json already is kept."""
+    from transformers import AutoTokenizer
+
+    from pytest_longctx.backends.aliases import resolve_model
+
+    source = Path(resolve_model(model))
+    built = {}
+    for kind in kinds:
+        folder = built[kind] = out / kind
+        if not (folder / "config.json").is_file():
+            make(kind, source, folder)
+            AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return built
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,15 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="a folder per kind is written under it")
     parser.add_argument("--only", default=",".join(KINDS), help=f"comma-separated kinds (default {','.join(KINDS)})")
     args = parser.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    from pytest_longctx.backends.aliases import resolve_model
-
-    source = Path(resolve_model(args.model))
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    for kind in args.only.split(","):
-        folder = make(kind.strip(), source, args.out / kind.strip())
-        tokenizer.save_pretrained(folder)  # the text mode reads it beside the weights
+    for folder in build(args.model, args.out, tuple(kind.strip() for kind in args.only.split(","))).values():
         print(folder)
 
 

@@ -72,3 +72,13 @@ def gptq_packed_by_hand(folder: Path) -> dict[str, Any]:
         weight = (values - np.repeat(zeros, group, axis=0)) * np.repeat(scales, group, axis=0)  # [input, output]
         weights[f"{layer}.weight"] = torch.from_numpy(weight.T.astype(np.float32).copy())
     return weights
+
+
+def check_float16_reads(label: str, logprobs: np.ndarray, want: np.ndarray, plain: np.ndarray, vocab: int) -> None:
+    """Reads of a model that computes in float16 against ``want`` (the same model computed otherwise): within
+    float16's rounding of a log-softmax over ``vocab`` words (6 ulps of log V), and at least 3 times closer than the
+    float model's reads (``plain``), so the check could tell them apart."""
+    tolerance = 6 * 2.0**-11 * np.log(vocab)
+    gap, away = float(np.max(np.abs(logprobs - want))), float(np.max(np.abs(plain - want)))
+    print(f"\n{label}: {gap:.5f} nats (float16's tolerance {tolerance:.4f}); the float model's: {away:.5f}")
+    assert gap <= tolerance and away > 3 * gap

@@ -328,6 +328,27 @@ def test_a_dtype_the_backend_cannot_load_is_not_blamed_on_the_weights(small_fold
     assert "--dtype int8: the transformers backend loads weights as one of auto, float32, bfloat16, float16" in line
 
 
+def test_weights_files_that_leave_tensors_unfilled_are_refused_not_read_at_random(small_folder, data_dir, tmp_path, capsys):
+    """transformers loads a model whose weights files lack some of its tensors with those tensors random and only
+    logs it (a quantization library that did not take a layer format leaves the same holes): the gate would judge a
+    model nobody made. One line naming the tensors, before any forward pass."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    holed = tmp_path / "holed"
+    shutil.copytree(small_folder, holed)
+    tensors = load_file(holed / "model.safetensors")
+    dropped = sorted(name for name in tensors if ".layers.1.mlp." in name)
+    save_file({k: v for k, v in tensors.items() if k not in dropped}, holed / "model.safetensors", metadata={"format": "pt"})
+    code = main(["score", "--model", str(holed), "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--quiet"])
+    line = error_line(capsys)
+    assert code == 2 and len(dropped) == 3
+    assert (f"--model {holed}: 3 of its tensors are not in its weights files ({', '.join(dropped)}); loaded, they would "
+            "hold random values and the gate would judge a model nobody made: re-download or re-save the model") in line
+    TransformersBackend.load(small_folder, dtype="float32", device="cpu")  # the whole folder loads
+
+
 # --------------------------------------------------------------- 5. no tokenizer files
 
 

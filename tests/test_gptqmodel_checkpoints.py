@@ -97,3 +97,25 @@ def test_a_gptq_checkpoint_reads_its_weights_multiplied_out_by_hand_in_bfloat16(
 def test_the_two_formats_of_one_rounding_have_their_own_fingerprints(made):
     gptq, awq = (TransformersBackend.load(str(made[k]), dtype="float32", device="cpu").describe() for k in KINDS)
     assert gptq["weights"] != awq["weights"] and gptq["config"] != awq["config"]
+
+
+def test_an_asymmetric_auto_round_checkpoint_runs_on_gptqmodels_awq_kernel(float_folder, tmp_path):
+    """auto-round's own format with zero points packs its layers as AWQ does; where gptqmodel is installed auto-round
+    runs them on gptqmodel's AWQ kernel (without it, nothing here takes them: tests/test_quantized_checkpoints.py). It
+    computes in float16: its reads equal a naive full pass of the loaded model within float16's rounding of a
+    log-softmax over the vocabulary (6 ulps of log V), and are measurably not the float model's."""
+    from importlib.metadata import version
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import quantized_variants
+
+    folder = quantized_variants.saved_by_auto_round(float_folder, tmp_path / "asymmetric", 32, symmetric=False)
+    backend = TransformersBackend.load(str(folder), dtype="float32", device="cpu")
+    described = backend.describe()
+    assert described["quantization"] == (f"auto-round int4, groups of 32, asymmetric, auto_round:auto_awq packing, by auto-round "
+                                         f"{version('auto-round')}; run by its gptqmodel:awq_torch kernel")
+    assert described["dtype"] == "float16"
+    top1, logprobs = backend_reads(backend)
+    want_top1, want = naive_reads(backend.model)
+    plain = backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1]
+    checkpointkit.check_float16_reads("asymmetric auto-round reads against a naive pass", logprobs, want, plain, VOCAB)

@@ -5,6 +5,7 @@ loaded model, the description says what the candidate is, the fingerprint follow
 quantization, and a missing library is one line naming the extra to install (issue 32)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from functools import partial
@@ -492,12 +493,27 @@ def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_we
     model = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu").model
     model.load_state_dict(checkpointkit.gptq_packed_by_hand(checkpoints("autoround-g32")), strict=True)
     want_top1, want = naive_reads(model)
-    tolerance = 6 * 2.0**-11 * np.log(VOCAB)
-    gap = float(np.max(np.abs(logprobs - want)))
-    plain = float(np.max(np.abs(backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1] - want)))
-    print(f"\nauto-round reads against its weights by hand: {gap:.5f} nats (float16's tolerance {tolerance:.4f}); "
-          f"the float model's: {plain:.5f}")
-    assert gap <= tolerance and plain > 3 * gap
+    plain = backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1]
+    checkpointkit.check_float16_reads("auto-round reads against its weights by hand", logprobs, want, plain, VOCAB)
+
+
+@needs_auto_round
+def test_an_auto_round_checkpoint_whose_layers_no_kernel_here_takes_is_refused_not_read_at_random(float_folder, tmp_path):
+    """auto-round's own format with zero points (asymmetric) packs its layers as AWQ does; without gptqmodel, auto-round
+    0.16 on the CPU picks no kernel that takes them ("auto_round:fake"), and transformers loads every linear layer
+    random (its report: MISSING) and reads on. The gate refuses it in one line that says so and where it loads. This
+    test fails once auto-round loads the format here: then read it like the symmetric one."""
+    pytest.importorskip("auto_round")
+    if importlib.util.find_spec("gptqmodel") is not None:
+        pytest.skip("gptqmodel is installed: auto-round runs this packing through its kernels (tests/test_gptqmodel_checkpoints.py)")
+    folder = VARIANTS.saved_by_auto_round(float_folder, tmp_path / "asymmetric", 32, symmetric=False)
+    with pytest.raises(LongctxError) as exc:
+        TransformersBackend.load(str(folder), dtype="float32", device="cpu")
+    message = str(exc.value)
+    assert message.startswith(f"--model {folder}: 14 of its tensors are not in its weights files (model.layers.0.mlp.down_proj.weight")
+    assert ("would hold random values and the gate would judge a model nobody made: its quantization (auto-round int4, groups "
+            "of 32, asymmetric, auto_round:auto_awq packing, by auto-round ") in message
+    assert "did not take those layers here" in message and "pip install 'pytest-longctx[gptqmodel]'" in message
 
 
 @needs_auto_round

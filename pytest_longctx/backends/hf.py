@@ -224,6 +224,24 @@ def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: st
                            f"{first}{'; ' + hint if hint else ''}") from None
 
 
+def _refuse_missing(model: str, missing: Sequence[str], quantization: Mapping[str, Any], loaded: Any) -> None:
+    """A model some of whose tensors its weights files did not fill is refused: transformers starts them at random
+    and reads on, so the gate would judge a model nobody made. For a quantized checkpoint the usual cause is a
+    layer format its library loads with no kernel here (auto-round's asymmetric AWQ packing on the CPU)."""
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    kernels = _kernels_said(loaded)
+    why = (f"its quantization ({quantized.describe(quantization)}{'; ' + kernels if kernels else ''}) did not take those layers "
+           "here: gate it where its library has a kernel for this format (a GPU, or another packing format)"
+           if quantization else "re-download or re-save the model; a checkpoint of another architecture fails so too")
+    if quantization.get("quant_method") == "auto-round" and quantized.missing_library({"quant_method": "gptq"}):
+        why += ("; auto-round runs its GPTQ and AWQ packings through gptqmodel's kernels where gptqmodel is installed: pip "
+                "install 'pytest-longctx[gptqmodel]' (an environment of its own: scripts/setup-gptqmodel-venv.sh)")
+    raise LongctxError(f"--model {model}: {len(missing)} of its tensors are not in its weights files ({shown}); loaded, they "
+                       f"would hold random values and the gate would judge a model nobody made: {why}")
+
+
 def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
                     loading: Mapping[str, Any] | None = None):
     """(model, tokenizer) from a folder, a .gguf file or a hub id, with one clear error;
@@ -263,7 +281,8 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust, **extra) if has_files else None
         if tokenizer is not None and len(tokenizer) <= 1:  # no vocabulary: every text would be no tokens at all
             tokenizer = None
-        loaded = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra, **loading)
+        loaded, info = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra, **loading,
+                                                            output_loading_info=True)
     except LongctxError:
         raise
     except (OSError, ValueError) as exc:
@@ -278,6 +297,7 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         first = first_line(exc)
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
+    _refuse_missing(model, sorted(info.get("missing_keys") or []), quantization, loaded)
     if quantization.get("kv_cache_scheme"):  # transformers drops its scales: the backend runs it itself
         try:
             kv_caches.use_checkpoint_scheme(loaded, quantization["kv_cache_scheme"], where)
