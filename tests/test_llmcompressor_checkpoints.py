@@ -300,6 +300,24 @@ def test_a_float8_kv_cache_is_rounded_with_the_checkpoints_scales(made, loaded, 
     assert cache_exact > 10 * max(gap, 1e-6)
 
 
+@pytest.mark.parametrize("cache_dtype, said", [("fp8", "rounded as it runs"), ("auto", "not rounded here")])
+def test_under_vllm_the_kv_cache_scheme_is_said_rounded_only_with_a_float8_cache(made, cache_dtype, said):
+    """vLLM uses a checkpoint's KV cache scales only when its cache is float8 (kv-cache-dtype=fp8); with its default
+    cache the description must not claim the rounding. The vLLM backend's description, without vLLM: its engine's
+    settings as vLLM holds them."""
+    from types import SimpleNamespace
+
+    from pytest_longctx.backends.vllm.in_process import VllmBackend
+
+    folder = made / "w8a8-kv-fp8"
+    stored = json.loads((folder / "config.json").read_text())["quantization_config"]
+    engine = SimpleNamespace(vllm_config=SimpleNamespace(cache_config=SimpleNamespace(cache_dtype=cache_dtype)))
+    served = SimpleNamespace(model_config=SimpleNamespace(hf_config=SimpleNamespace(quantization_config=stored), model=str(folder),
+                                                          quantization="compressed-tensors"),
+                             llm=SimpleNamespace(llm_engine=engine))
+    assert f"; float8 KV cache per tensor, {said}" in VllmBackend.quantization(served)
+
+
 def test_a_kv_cache_scheme_the_backend_cannot_run_is_one_line(made, tmp_path):
     """A dynamic KV cache scheme, or one whose scales the weights do not hold, stops the load with one line
     naming the scheme or the missing tensor and what to do; kv-cache=fp8 on top of the checkpoint's own

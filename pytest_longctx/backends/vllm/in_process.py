@@ -142,13 +142,16 @@ class VllmBackend:
         """What the checkpoint's own quantization is, in the words the transformers backend uses
         (``compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token; round to
         nearest, by llm-compressor``), from its stored config and the recipe beside its weights; vLLM
-        rounds the activations a scheme names. vLLM's method name where the checkpoint stores none."""
+        rounds the activations a scheme names, and the keys and values of a KV cache scheme when its cache
+        is float8. vLLM's method name where the checkpoint stores none."""
         stored = getattr(self.model_config.hf_config, "quantization_config", None)
         stored = stored if isinstance(stored, Mapping) else getattr(stored, "to_dict", dict)()
         if not stored:
             return str(self.model_config.quantization or "none")
         recipe = beside_weights(str(self.model_config.model), "recipe.yaml")
-        return "; ".join(filter(None, (quantized.describe(stored), quantized.made_by(recipe, stored))))
+        # vLLM rounds keys and values with a checkpoint's KV cache scales only when its cache is float8 (kv-cache-dtype=fp8)
+        cache_rounded = str(self.llm.llm_engine.vllm_config.cache_config.cache_dtype).startswith("fp8")
+        return "; ".join(filter(None, (quantized.describe(stored, cache_rounded=cache_rounded), quantized.made_by(recipe, stored))))
 
     def describe(self) -> dict[str, Any]:
         """What makes the served model this model; ``config`` digests every setting here and
