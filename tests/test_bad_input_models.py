@@ -349,6 +349,22 @@ def test_weights_files_that_leave_tensors_unfilled_are_refused_not_read_at_rando
     TransformersBackend.load(small_folder, dtype="float32", device="cpu")  # the whole folder loads
 
 
+def test_a_folder_whose_model_sits_one_level_down_names_that_folder(small_folder, data_dir, tmp_path, capsys):
+    """auto-round's quantize_and_save writes its checkpoint into a folder named for the model inside the one given (with
+    the tokenizer beside it when saved there): pointed at the outer folder, transformers said only that a config.json
+    lacks a model_type."""
+    import shutil
+
+    inner = tmp_path / "out" / "model-w4g32"
+    shutil.copytree(small_folder, inner)
+    (tmp_path / "out" / "tokenizer_config.json").write_text("{}")
+    code = main(["score", "--model", str(tmp_path / "out"), "--data", str(data_dir), "--sets", "facts", "--lengths", "2k",
+                 "--quiet"])
+    assert code == 2
+    assert error_line(capsys) == (f"longctx: error: --model {tmp_path / 'out'}: no config.json in this folder; {inner} holds a "
+                                  "model: give that folder as the model")
+
+
 # --------------------------------------------------------------- 5. no tokenizer files
 
 

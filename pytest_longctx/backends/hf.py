@@ -137,6 +137,10 @@ def _locate(model: str) -> tuple[str, dict[str, Any]]:
             raise LongctxError(f"--model {model}: no such GGUF file")
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
+        held = sorted(p.parent for p in path.glob("*/config.json")) if not (path / "config.json").is_file() else []
+        if len(held) == 1:  # auto-round's quantize_and_save writes its checkpoint into a folder named for it, inside the one given
+            raise LongctxError(f"--model {model}: no config.json in this folder; {held[0]} holds a model: give that folder "
+                               "as the model")
         return str(path), {}
     if path.exists():
         raise LongctxError(f"--model {model}: expected a model folder, a .gguf file or a hub id")
