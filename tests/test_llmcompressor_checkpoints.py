@@ -170,6 +170,13 @@ def round_per_token(x: Any, divisor: float) -> Any:
     return torch.clamp(torch.round(x / step), -128, 127) * step
 
 
+def to_float8(x: Any, scale: Any) -> Any:
+    """``x`` on float8 e4m3's grid times ``scale``: the nearest float8 number to x / scale, scaled back."""
+    import torch
+
+    return (x / scale).clamp(-FLOAT8_MAX, FLOAT8_MAX).to(torch.float8_e4m3fn).to(x.dtype) * scale
+
+
 def round_to_float8(x: Any, group: int | None = None) -> Any:
     """Each token's vector (or each group of ``group`` of its numbers) scaled so that its largest
     magnitude is float8's largest, 448, rounded to the nearest float8 e4m3 number and scaled back."""
@@ -177,7 +184,7 @@ def round_to_float8(x: Any, group: int | None = None) -> Any:
 
     pieces = x.reshape(*x.shape[:-1], -1, group or x.shape[-1])  # [..., groups, per group]
     scale = (pieces.abs().amax(dim=-1, keepdim=True) / FLOAT8_MAX).clamp_min(torch.finfo(x.dtype).eps)
-    return ((pieces / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale).reshape(x.shape)
+    return to_float8(pieces, scale).reshape(x.shape)
 
 
 def hand_made(folder: Path, rounding: Any = None) -> Any:
@@ -255,13 +262,6 @@ def test_w8a8_activations_are_rounded_on_compressed_tensors_grid_not_vllms(kind,
     assert gaps["compressed-tensors"] <= 1e-5
     assert gaps["vLLM"] > 10 * max(gaps["compressed-tensors"], 1e-6)
     assert gaps["weights only"] > 10 * max(gaps["compressed-tensors"], 1e-6)
-
-
-def to_float8(x: Any, scale: Any) -> Any:
-    """``x`` on float8 e4m3's grid times ``scale``: the nearest float8 number to x / scale, scaled back."""
-    import torch
-
-    return (x / scale).clamp(-FLOAT8_MAX, FLOAT8_MAX).to(torch.float8_e4m3fn).to(x.dtype) * scale
 
 
 def test_a_float8_kv_cache_is_rounded_with_the_checkpoints_scales(made, loaded, monkeypatch):

@@ -91,8 +91,8 @@ def use_checkpoint_scheme(model: Any, scheme: Mapping[str, Any], where: str) -> 
         raise LongctxError(f"{said}: the checkpoint's weights hold no {missing[0] if missing else 'attention layer scales'}: "
                            "re-save it with llm-compressor, or delete kv_cache_scheme from its config.json to judge it "
                            "with a full-precision cache")
+    heads = getattr(model.config.get_text_config(), "num_key_value_heads", None)
     for name, module in layers:
-        heads = getattr(model.config.get_text_config(), "num_key_value_heads", None)
         for scale in SCALES:
             value = stored[f"{name}.{scale}"].to(torch.float32).reshape(-1)
             shape = (1, -1, 1, 1) if value.numel() > 1 else ()

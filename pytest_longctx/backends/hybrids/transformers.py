@@ -380,7 +380,7 @@ class StateDictPair:
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
-        self.differing: set[str] | None = None  # the tensors whose values or input rounding differ between the sides
+        self.differing: set[str] | None = None  # the tensors that differ between the sides (``changed``), once compared
 
     def can_reuse(self) -> bool:
         return all(reusable(model) for model in self.models.values())
@@ -400,11 +400,18 @@ class StateDictPair:
         return cost(self.models[ORIGINAL], self.models[CANDIDATE], parts, self.sizes)
 
     def unchanged(self, part: Part) -> bool:
-        import torch
+        return not self.changed().intersection(part.parameters)
 
-        mine, theirs = quantized.model_parameters(self.models[ORIGINAL]), quantized.model_parameters(self.models[CANDIDATE])
-        return all(n.rpartition(".")[0] not in self.swapped and mine[n].dtype == theirs[n].dtype
-                   and torch.equal(mine[n].data, theirs[n].data.to(mine[n].device)) for n in part.parameters)
+    def changed(self) -> set[str]:
+        """The candidate's tensors that are not the original's: other values or dtype, or in a layer swapped whole;
+        compared once, outside any hybrid (a hybrid points tensors at the other side's while it runs)."""
+        if self.differing is None:
+            import torch
+
+            mine, theirs = quantized.model_parameters(self.models[ORIGINAL]), quantized.model_parameters(self.models[CANDIDATE])
+            self.differing = {n for n in theirs if n.rpartition(".")[0] in self.swapped or mine[n].dtype != theirs[n].dtype
+                              or not torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))}
+        return self.differing
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
@@ -413,8 +420,9 @@ class StateDictPair:
         recorded = self.boundaries.get(base) if reuse and taken else None
         start = recorded.start(first_layer(target, taken)) if recorded else 0
         theirs = self.boundaries.get(other) if reuse and taken else None
-        if theirs is not None and theirs.start(self.held_as_other(base, taken)) > start:
-            recorded, start = theirs, theirs.start(self.held_as_other(base, taken))
+        held = theirs.start(self.held_as_other(base, taken)) if theirs is not None else 0
+        if held > start:  # its first layers are the other side's: from that side's boundary
+            recorded, start = theirs, held
         made.take(taken)
         try:
             with recorded.starting(start, target) if recorded else nullcontext():
@@ -427,19 +435,14 @@ class StateDictPair:
         """How many leading decoder layers ``base`` holding ``taken`` computes exactly as the other side does: up
         to the first layer (0: the embeddings) with a tensor not taken that differs between the sides; 0
         where the sides compute in different dtypes or a layer is swapped whole (its module runs otherwise)."""
-        import torch
-
         target, other = self.models[base], self.models[other_side(base)]
         if self.swapped or target.dtype != other.dtype:
             return 0
-        mine, theirs = quantized.model_parameters(target), quantized.model_parameters(other)
-        if self.differing is None:
-            rounds = {name: tuple(hasattr(m.get_submodule(name.rpartition(".")[0]), "quantization_scheme") for m in self.models.values())
-                      for name in mine}
-            self.differing = {n for n in mine if mine[n].dtype != theirs[n].dtype or rounds[n][0] != rounds[n][1]
-                              or not torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))}
+        # equal weights compute otherwise where only one side's layer rounds its input (compressed-tensors)
+        rounding = {n for n in quantized.model_parameters(target) if len({hasattr(m.get_submodule(n.rpartition(".")[0]),
+                                                                                  "quantization_scheme") for m in (target, other)}) > 1}
         names = {n for part in taken for n in part.parameters}
-        return first_layer(target, [Part(n, (n,)) for n in self.differing - names])
+        return first_layer(target, [Part(n, (n,)) for n in (self.changed() | rounding) - names])
 
     def fingerprint(self, base: str, taken: Sequence[Part]) -> str:
         """The weights fingerprint of ``base`` holding ``taken`` from the other side: ``base``'s as loaded when
