@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +113,6 @@ def saved_by_auto_round(source: Path, out: Path, group_size: int, form: str = "a
     # quantize_and_save, not quantize() then save_quantized(): auto-round 0.16 packs asymmetric layers for its own
     # format only when it knows the format before rounding (else its export fails in WQLinear_GEMM); it writes
     # into a folder named for the model and its bits under the one given, moved up here
-    import shutil
-    import tempfile
-
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as work:
         rounding.quantize_and_save(work, format=form)
         [written] = {p.parent for p in Path(work).glob("**/config.json")}
@@ -169,12 +168,12 @@ def build(model: str, out: Path, kinds: tuple[str, ...]) -> dict[str, Path]:
     from pytest_longctx.backends.aliases import resolve_model
 
     source = Path(resolve_model(model))
-    built = {}
-    for kind in kinds:
-        folder = built[kind] = out / kind
-        if not (folder / "config.json").is_file():
-            make(kind, source, folder)
-            AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    built = {kind: out / kind for kind in kinds}
+    missing = [kind for kind, folder in built.items() if not (folder / "config.json").is_file()]
+    tokenizer = AutoTokenizer.from_pretrained(source) if missing else None
+    for kind in missing:
+        make(kind, source, built[kind])
+        tokenizer.save_pretrained(built[kind])
     return built
 
 
