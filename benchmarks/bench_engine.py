@@ -15,8 +15,9 @@ run. Each method runs in a forked child, so its peak memory is its own.
 
 ``--backends`` scores the same items with each backend named in one process, one after the
 other: the transformers backend on SmolLM2 in float32 (``hf``), the llama.cpp backend on the
-packaged Q4_1 file (``llama.cpp``), vLLM in process on the float32 SmolLM2 (``vllm``) and a
-vLLM server the user started on it (``vllm-server`` with ``--vllm-server URL``), each through
+packaged Q4_1 file (``llama.cpp``), vLLM in process on the float32 SmolLM2 (``vllm``: a query
+per read; ``vllm-prompt-rows``: each piece's reads from one request's prompt log-probabilities) and
+a vLLM server the user started on it (``vllm-server`` with ``--vllm-server URL``), each through
 ``score_sets`` as the gate runs it; for llama.cpp also the share of the time spent inside
 ``llama_decode`` (the rest is the engine's overhead); for vLLM the requests and the prompt
 tokens it computed (those its prefix cache did not serve) against the distinct prefix
@@ -24,7 +25,7 @@ tokens, the least an exact scorer computes. vLLM runs in its own environment
 (scripts/setup-vllm-venv.sh), where llama.cpp is not installed: compare them through hf,
 which both environments have.
 
-    python benchmarks/bench_engine.py --backends hf,vllm,vllm-server --vllm-server http://127.0.0.1:8000/v1 --lengths 2k
+    python benchmarks/bench_engine.py --backends hf,vllm,vllm-prompt-rows,vllm-server --vllm-server http://127.0.0.1:8000/v1 --lengths 2k
 
 When lm-evaluation-harness is installed
 (``pip install "pytest-longctx[peers]"``), its ``loglikelihood`` scores the same targets on the same float32
@@ -288,15 +289,17 @@ def lm_eval_run(folder: str, requests: list[tuple[str, str, bool]]) -> tuple[flo
 
 def backend_named(name: str, args: argparse.Namespace) -> Any:
     """A backend of the comparison, on SmolLM2: transformers in float32, llama.cpp on the packaged
-    Q4_1 file, vLLM in process (float32, eager) or the vLLM server at ``--vllm-server``."""
+    Q4_1 file, vLLM in process (float32, eager; a query per read, or each piece's prompt rows) or the vLLM
+    server at ``--vllm-server``."""
     from pytest_longctx.backends import load_backend
 
     if name == "hf":
         return load_backend("smollm2-135m", "hf", "float32", "cpu")[0]
     if name == "llama.cpp":
         return load_backend("smollm2-135m-gguf", "llama.cpp")[0]
-    if name == "vllm":
-        return load_backend("smollm2-135m", "vllm", options=["dtype=float32", "enforce-eager=true", *args.vllm_option])[0]
+    if name in ("vllm", "vllm-prompt-rows"):
+        rows = f"prompt-rows={str(name == 'vllm-prompt-rows').lower()}"
+        return load_backend("smollm2-135m", "vllm", options=["dtype=float32", "enforce-eager=true", *args.vllm_option, rows])[0]
     if name == "vllm-server":
         if not args.vllm_server:
             raise SystemExit("--backends vllm-server needs --vllm-server http://HOST:PORT/v1")
@@ -304,7 +307,7 @@ def backend_named(name: str, args: argparse.Namespace) -> Any:
 
         return load_backend(args.vllm_server, "vllm-server", options=[f"tokenizer={resolve_model('smollm2-135m')}",
                                                                        "max-logprobs=128"])[0]
-    raise SystemExit(f"--backends {name}: expected hf, llama.cpp, vllm or vllm-server")
+    raise SystemExit(f"--backends {name}: expected hf, llama.cpp, vllm, vllm-prompt-rows or vllm-server")
 
 
 def inside(backend: Any) -> tuple[float | None, Any]:
@@ -385,7 +388,8 @@ def main() -> None:
     parser.add_argument("--single", type=int, metavar="TOKENS", help="measure one sequence of this length instead")
     parser.add_argument("--backends", nargs="?", const="hf,llama.cpp", metavar="NAMES",
                         help="compare backends on SmolLM2 instead (and lm-evaluation-harness): hf, llama.cpp, vllm, "
-                             "vllm-server, comma-separated (default hf,llama.cpp)")
+                             "vllm-prompt-rows (vllm with prompt-rows=true), vllm-server, comma-separated "
+                             "(default hf,llama.cpp)")
     parser.add_argument("--vllm-server", metavar="URL", help="--backends vllm-server: the server, http://HOST:PORT/v1")
     parser.add_argument("--vllm-option", action="append", default=[], metavar="KEY=VALUE",
                         help="--backends vllm: one of vLLM's engine arguments (block-size=32); repeatable")

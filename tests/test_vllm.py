@@ -93,11 +93,12 @@ def say(line: str) -> None:
     print(f"\n{line}", file=sys.__stderr__, flush=True)
 
 
-def test_vllm_in_process_reads_as_transformers(smollm2, plans, transformers_backend):
+@pytest.mark.parametrize("rows", [False, True], ids=["a query per read", "prompt rows"])
+def test_vllm_in_process_reads_as_transformers(smollm2, plans, transformers_backend, rows):
     from pytest_longctx.backends import load_backend
     from pytest_longctx.scoring import engine
 
-    backend, tokenizer = load_backend(smollm2, backend="vllm", options=ENGINE)
+    backend, tokenizer = load_backend(smollm2, backend="vllm", options=[*ENGINE, f"prompt-rows={str(rows).lower()}"])
     try:
         assert tokenizer is not None
         described = backend.describe()
@@ -105,9 +106,21 @@ def test_vllm_in_process_reads_as_transformers(smollm2, plans, transformers_back
         served = flat(engine.run(backend, plans, top_k=16))
         local = flat(engine.run(transformers_backend, plans, top_k=16))
         ties = compare(served, local)
-        say(f"vLLM in process: {len(served)} reads, {ties} near-tie top-1 differences; {backend.status()}")
-        # the prefix cache served most prompt tokens
-        assert backend.traffic.cached_tokens > backend.traffic.prompt_tokens / 2
+        say(f"vLLM in process{', prompt rows' if rows else ''}: {len(served)} reads, {ties} near-tie top-1 differences; "
+            f"{backend.status()}")
+        requests = backend.traffic.requests
+        if not rows:  # a query per read, whose prompt the prefix cache served mostly
+            assert requests >= len(served) and backend.traffic.cached_tokens > backend.traffic.prompt_tokens / 2
+            return
+        # a piece's reads came from one request's prompt rows (and follow-ups for ids outside its top 16), each
+        # prompt token computed once but for a prefix shared with another request, cached only in whole 32-token blocks
+        extra = backend.traffic.computed_tokens - engine.forwarded_tokens(plans)
+        assert requests < len(served) / 2 and 0 <= extra < 32 * requests, (extra, backend.status())
+        # again: every piece's blocks are in the cache now, so its rows are placeholders and each read is its own query
+        again = flat(engine.run(backend, plans, top_k=16))
+        assert backend.traffic.requests - requests > len(served), backend.status()
+        ties = compare(again, local)
+        say(f"vLLM in process, prompt rows read again from its cache: {ties} near-tie top-1 differences; {backend.status()}")
     finally:
         backend.close()
 
@@ -235,6 +248,8 @@ def test_bad_engine_arguments_are_one_line(smollm2, monkeypatch):
         load_backend(smollm2, backend="vllm", options=["enable-prefix-caching=false"])
     with pytest.raises(LongctxError, match="the gate sets it itself"):
         load_backend(smollm2, backend="vllm", options=["logprobs-mode=processed_logprobs"])
+    with pytest.raises(LongctxError, match="prompt-rows=yes: expected true or false"):
+        load_backend(smollm2, backend="vllm", options=["prompt-rows=yes"])
     # an engine that cannot start (here: a KV cache larger than the machine's memory) is one line, not vLLM's bare RuntimeError
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "100000")
     with pytest.raises(LongctxError, match=r"^vLLM could not start its engine for .*enforce-eager=True.*the reason is in vLLM's log"):

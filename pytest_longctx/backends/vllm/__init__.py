@@ -5,7 +5,8 @@ each is installed, the CPU build included.
 
 Both read through one request builder (``queries``: a read is a one-token greedy generation
 whose prompt ends at the read, so that vLLM's prefix cache serves what was computed before)
-and one session (``session``) that sends the engine's prefix tree in order. ``options``
+and one session (``session``) that sends the engine's prefix tree in order; in process, a
+piece's reads are first one request for its prompt log-probabilities. ``options``
 parses the ``--backend-option`` values, ``traffic`` counts requests and cached tokens,
 ``in_process`` holds ``VllmBackend`` and ``server`` ``VllmServerBackend``; here, the two
 factories the backend names stand for.

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 from pytest_longctx.backends import quantized
 from pytest_longctx.backends.base import ReadResult, read_by_session
 from pytest_longctx.backends.files import beside_weights, folder_digest, settings_digest
-from pytest_longctx.backends.vllm.options import ENGINE_DEFAULTS
+from pytest_longctx.backends.vllm.options import ENGINE_DEFAULTS, PROMPT_ROWS
 from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
@@ -44,6 +44,7 @@ class VllmBackend:
         self.name = name
         self.arguments = dict(arguments)
         self.max_ids = int(arguments["max_logprobs"])
+        self.prompt_rows = bool(arguments.get(PROMPT_ROWS, False))
         config = llm.llm_engine.model_config
         self.model_config = config
         self.max_model_len: int | None = int(config.max_model_len)
@@ -56,7 +57,7 @@ class VllmBackend:
         from vllm import LLM
 
         try:
-            llm = LLM(model=model, trust_remote_code=trust_remote_code, **arguments)
+            llm = LLM(model=model, trust_remote_code=trust_remote_code, **{k: v for k, v in arguments.items() if k != PROMPT_ROWS})
         except RuntimeError as exc:
             if "initialization failed" not in str(exc):
                 raise
@@ -102,27 +103,65 @@ class VllmBackend:
     def answer(self, queries: Sequence[Query]) -> list[Reply]:
         """One ``generate`` call for every query: vLLM batches them."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=list(q.prompt)) for q in queries]
         params = [SamplingParams(max_tokens=1, temperature=0.0, logprobs=q.top_k if not q.ids else None,
                                  logprob_token_ids=list(q.ids) or None, detokenize=False) for q in queries]
-        try:
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        except Exception as exc:
-            if type(exc).__name__ != "EngineDeadError":
-                raise
-            raise LongctxError("vLLM's engine stopped in the middle of the run (EngineDeadError; its log above says why); what "
-                               "was scored before is in the score cache: rerun to go on") from None
+        outputs = self._generate([q.prompt for q in queries], params)
         replies = []
-        for query, output in zip(queries, outputs):
-            if list(output.prompt_token_ids) != list(query.prompt):
-                raise LongctxError("vLLM answered for other prompt ids than were sent; the reads cannot be trusted")
+        for output in outputs:
             generated = output.outputs[0]
             logprobs = {int(token): float(entry.logprob) for token, entry in generated.logprobs[0].items()}
             replies.append(Reply(int(generated.token_ids[0]), logprobs, output.num_cached_tokens))
         self.traffic.record(queries, replies)
         return replies
+
+    def rows(self, prompt: tuple[int, ...], at: Sequence[int], top_k: int) -> list[Reply | None] | None:
+        """The session's ``Host.rows`` under ``prompt-rows=true`` (else None: each read is its own query): one request
+        with vLLM's prompt log-probabilities, reading its prefix cache (``skip_reading_prefix_cache=False``; vLLM turns
+        the cache off for such a request unless told). vLLM computes the positions past the blocks its cache served
+        and returns their rows (the ``top_k`` most likely tokens, at least the top-1, and the next prompt token); the
+        rows of the positions it served are placeholders, so a read there is None. The read at the prompt's end is
+        the generated token's row."""
+        if not self.prompt_rows:
+            return None
+        from vllm import SamplingParams
+
+        width = min(self.max_ids, max(top_k, 1))
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=width, prompt_logprobs=width,
+                                skip_reading_prefix_cache=False, detokenize=False)
+        output = self._generate([prompt], [params])[0]
+        generated, cached = output.outputs[0], output.num_cached_tokens
+        self.traffic.record([Query(prompt)], [Reply(int(generated.token_ids[0]), {}, cached)])
+        replies: list[Reply | None] = []
+        for position in at:
+            if position < cached:  # its row is a placeholder: vLLM served the position from its cache
+                replies.append(None)
+                continue
+            last = position == len(prompt) - 1
+            row = generated.logprobs[0] if last else output.prompt_logprobs[position + 1]
+            best = min(row.items(), key=lambda pair: pair[1].rank, default=None) if row else None
+            if best is None or best[1].rank != 1 or not (last or prompt[position + 1] in row):
+                raise LongctxError(f"vLLM returned no log-probabilities of the most likely and the next prompt token after "
+                                   f"{position + 1} prompt tokens (computed past {cached} from its cache): its prompt "
+                                   f"log-probabilities (vLLM {vllm_version()}) are not what this backend reads; the reads "
+                                   "cannot be trusted")
+            replies.append(Reply(int(best[0]), {int(token): float(entry.logprob) for token, entry in row.items()}))
+        return replies
+
+    def _generate(self, prompts: Sequence[tuple[int, ...]], params: Sequence[Any]) -> list[Any]:
+        """vLLM's outputs for ``prompts`` (token ids), checked to be for those ids."""
+        from vllm.inputs import TokensPrompt
+
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], list(params), use_tqdm=False)
+        except Exception as exc:
+            if type(exc).__name__ != "EngineDeadError":
+                raise
+            raise LongctxError("vLLM's engine stopped in the middle of the run (EngineDeadError; its log above says why); what "
+                               "was scored before is in the score cache: rerun to go on") from None
+        if any(list(output.prompt_token_ids) != list(prompt) for prompt, output in zip(prompts, outputs)):
+            raise LongctxError("vLLM answered for other prompt ids than were sent; the reads cannot be trusted")
+        return outputs
 
     def status(self) -> str:
         return self.traffic.line()

@@ -2,7 +2,8 @@
 
 In process, a key is one of vLLM's own engine arguments as its command line spells it
 (``tensor-parallel-size=2``, ``kv-cache-dtype=fp8``, ``quantization=fp8``, ``max-model-len``,
-``enforce-eager=true``, ``block-size``): whatever ``vllm serve`` takes, ``LLM`` takes too.
+``enforce-eager=true``, ``block-size``): whatever ``vllm serve`` takes, ``LLM`` takes too; and
+``prompt-rows=true`` (``PROMPT_ROWS``), how the gate reads, not vLLM's.
 Against a server, the keys are the client's own (``SERVER_OPTIONS``)."""
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from pytest_longctx.parse import scalar
 ENGINE_DEFAULTS = {"enable_prefix_caching": True, "max_logprobs": 128}
 # engine arguments that are the gate's to set, or that would change what a read returns
 FIXED = {"model": "--model", "tokenizer_mode": None, "skip_tokenizer_init": None, "logprobs_mode": None}
+# the one in-process key that is the gate's: each piece's reads from one request's prompt log-probabilities
+PROMPT_ROWS = "prompt_rows"
 
 
 def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
@@ -34,7 +37,10 @@ def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
         if name in FIXED:
             raise LongctxError(f"--backend-option {key}: the gate sets it itself" +
                                (f" (give the model with {FIXED[name]})" if FIXED[name] else ""))
-        if name not in known:
+        if name == PROMPT_ROWS:
+            if not isinstance(scalar(raw), bool):
+                raise LongctxError(f"--backend-option {key}={raw}: expected true or false")
+        elif name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             raise LongctxError(f"--backend-option {key}={raw}: not one of vLLM's engine arguments"
                                + (f" (did you mean {', '.join(c.replace('_', '-') for c in close)}?)" if close else

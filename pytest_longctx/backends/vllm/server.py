@@ -200,6 +200,12 @@ class VllmServerBackend:
     def session(self) -> VllmReadSession:
         return VllmReadSession(self)
 
+    def rows(self, prompt: tuple[int, ...], at: Sequence[int], top_k: int) -> None:
+        """None: a server reads every read as its own query. Its completions endpoint takes
+        ``prompt_logprobs`` but then computes the whole prompt again (it turns the prefix cache off for
+        the request), which would cost more than the partial blocks the per-read queries recompute."""
+        return None
+
     def _complete(self, query: Query) -> Reply:
         payload: dict[str, Any] = {"model": self.served_model, "prompt": list(query.prompt), "max_tokens": 1,
                                    "temperature": 0.0, "logprobs": len(query.ids) if query.ids else query.top_k,

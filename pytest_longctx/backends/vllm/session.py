@@ -1,10 +1,15 @@
 """The vLLM backends' ``ReadSession``: the token ids read so far, on the client side; vLLM's
-prefix cache holds the state. Each read is one query (``queries``) whose prompt ends at the
+prefix cache holds the state. A host that reads prompt rows (``Host.rows``: vLLM in process with
+prompt-rows=true)
+answers a piece's reads with one request whose prompt ends at the piece's furthest read: it
+computes the piece once, past the blocks its prefix cache holds, and returns the log-
+probabilities at every position it computed. Otherwise (a server), or for a read whose row
+vLLM served from its cache, each read is one query (``queries``) whose prompt ends at the
 read, sent so that the cache can serve it: in a piece, the read furthest on first (its
 prompt computes the whole piece up to there), then every other read at once (vLLM batches
-them; each computes at most the partial block past its cached prefix), then the follow-ups
-for the ids that the top-k did not return. The engine's prefix tree sends the pieces shared
-prefix first, then each continuation, so a continuation finds its prefix in the cache."""
+them; each computes at most the partial block past its cached prefix). Then the follow-ups
+for the ids that neither returned. The engine's prefix tree sends the pieces shared prefix
+first, then each continuation, so a continuation finds its prefix in the cache."""
 from __future__ import annotations
 
 from typing import Protocol, Sequence
@@ -22,6 +27,12 @@ class Host(Protocol):
 
     def answer(self, queries: Sequence[Query]) -> list[Reply]:
         """The replies to ``queries``, in their order; sent together, so that vLLM may batch them."""
+        ...
+
+    def rows(self, prompt: tuple[int, ...], at: Sequence[int], top_k: int) -> list[Reply | None] | None:
+        """One request for ``prompt``: for each position of ``at``, the reply a read there would get (the
+        ``top_k`` most likely, at least the top-1, and the next prompt token), or None where vLLM served
+        that position from its prefix cache and returned no row; None where the host reads no rows."""
         ...
 
 
@@ -45,16 +56,20 @@ class VllmReadSession:
         self.ids = full
         if not positions:
             return ReadResult([], [], [] if top_k else None)
-        prompts = [full[:len(full) - len(ids) + int(p) + 1] for p in positions]
+        at = [len(full) - len(ids) + int(p) for p in positions]
+        prompts = [full[:end + 1] for end in at]
         asked = [list(t) for t in tokens]
         replies: list[list[Reply]] = [[] for _ in positions]
-        last = max(range(len(positions)), key=lambda n: positions[n])
-        waves = [[last], [n for n in range(len(positions)) if n != last]]
-        for wave in waves:
-            self._send(wave, [first_queries(prompts[n], asked[n], top_k, self.host.max_ids) for n in wave], replies)
-        if top_k:
-            wave = list(range(len(positions)))
-            self._send(wave, [follow_ups(prompts[n], asked[n], replies[n], self.host.max_ids) for n in wave], replies)
+        rows = self.host.rows(full[:max(at) + 1], at, top_k) or [None] * len(at)
+        for n, row in enumerate(rows):
+            replies[n] += [row] if row is not None else []
+        left = [n for n in range(len(positions)) if not replies[n]]
+        if left:
+            last = max(left, key=lambda n: positions[n])
+            for wave in ([last], [n for n in left if n != last]):
+                self._send(wave, [first_queries(prompts[n], asked[n], top_k, self.host.max_ids) for n in wave], replies)
+        wave = list(range(len(positions)))
+        self._send(wave, [follow_ups(prompts[n], asked[n], replies[n], self.host.max_ids) for n in wave], replies)
         answers: list[Prediction] = [prediction(replies[n], asked[n], top_k, f"at the read after {len(prompts[n])} prompt tokens")
                                      for n in range(len(positions))]
         return ReadResult([a[0] for a in answers], [a[1] for a in answers], [a[2] for a in answers] if top_k else None)
