@@ -466,6 +466,20 @@ def test_the_group_search_finds_what_measuring_every_part_finds_at_fewer_hybrids
     assert f"group search: {len(found.groups)} group hybrids" in text and "cleared in a group" in text
 
 
+def test_the_group_search_tests_the_half_that_runs_fewer_layers_first(qwen_tokenizer, dataset):
+    """One layer damaged high up (10 of 12): each group above layer 0 is split, and the half whose hybrid starts at the
+    higher boundary is tested first; where it does what its group does, the other half is never run."""
+    original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
+    candidate = damaged(damaged(original, layers=(10,), scale=3.0), layers=tuple(range(12)), scale=0.01)
+    found = blame(original, candidate, None, dataset, None, progress=False)
+    layers = [layer_numbers(g.parts) for g in found.groups]
+    # the first halves (both); then 9-11 before 6-8 (not run: 9-11 restores what 6-11 does), 11 before 9-10 (11 alone
+    # carries nothing), 10 before 9 (not run)
+    assert layers == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [9, 10, 11], [11], [9, 10], [10]], layers
+    assert [g.carries for g in found.groups] == [False, True, True, False, True, True]
+    assert found.fix_set == ["layer.10"] and found.fixed and found.verification["passed"]
+
+
 def test_the_group_search_finds_a_pair_whose_halves_cancel(qwen_tokenizer, dataset):
     original, candidate = cancelling(len(qwen_tokenizer), layers=12)
     found = blame(original, candidate, None, dataset, None, progress=False)
@@ -522,19 +536,21 @@ def test_the_budget_stops_the_search_and_says_what_is_left(qwen_tokenizer, datas
 
 
 def test_a_part_the_first_round_clears_is_found_again_from_the_fix_sets_hybrid(qwen_tokenizer, dataset):
-    """Layer 9's damage is under 5 % of the far drift that layer 2's causes, so the first round clears it; with
-    layer 2 restored, what is left of the drift is layer 9's, still beyond the row's threshold."""
+    """Restoring layer 4 alone takes away under 5 % of the far drift (layer 2's damage swamps it), and both are in
+    the first half: that half's first half (layers 0-2) moves the drift as much as it does, so the first round
+    clears layers 3-5 untested; with layer 2 restored, what is left of the drift is layer 4's, still beyond the
+    row's threshold."""
     original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
-    candidate = damaged(damaged(damaged(original, layers=(2,), scale=3.0), layers=(9,), scale=0.6),
-                        layers=(0, 1, 3, 4, 5, 6, 7, 8, 10, 11), scale=0.01)
+    candidate = damaged(damaged(damaged(original, layers=(2,), scale=3.0), layers=(4,), scale=0.3),
+                        layers=(0, 1, 3, 5, 6, 7, 8, 9, 10, 11), scale=0.01)
     found = blame(original, candidate, None, dataset, None, progress=False)
     [row] = found.rows
-    ninth = next(p for p in found.parts if p.part.name == "layer.9")
-    assert 0 < found.restore_share(ninth, row) < 0.05 and 0 < found.damage_share(ninth, row) < 0.05
-    assert not any("layer.9" in g.parts and g.carries for g in found.groups if not g.second)
+    fourth = next(p for p in found.parts if p.part.name == "layer.4")
+    assert 0 < found.restore_share(fourth, row) < 0.05 and 0 < found.damage_share(fourth, row) < 0.1
+    assert not any("layer.4" in g.parts and "layer.2" not in g.parts and g.carries for g in found.groups if not g.second)
     again = [g for g in found.groups if g.second]
-    # the second round restores its groups with layer 2 restored: each that holds layer 9 takes away nearly all that is left
-    assert again and all(g.carries and g.shares[0] > 0.9 for g in again if "layer.9" in g.parts)
-    assert {p.part.name for p in found.parts if not p.searched and not p.unchanged} == {"layer.2", "layer.9"}
-    assert found.fix_set == ["layer.2", "layer.9"] and found.fixed and found.verification["passed"]
-    assert "second round, with the fix set restored: restore layer.9" in blame_text(found)
+    # the second round restores its groups with layer 2 restored: each that holds layer 4 takes away nearly all that is left
+    assert again and all(g.carries and g.shares[0] > 0.9 for g in again if "layer.4" in g.parts)
+    assert {p.part.name for p in found.parts if not p.searched and not p.unchanged} == {"layer.2", "layer.4"}
+    assert found.fix_set == ["layer.2", "layer.4"] and found.fixed and found.verification["passed"]
+    assert "second round, with the fix set restored: restore layer.4" in blame_text(found)

@@ -19,8 +19,9 @@ parts, in model order, are halved; restoring one of the two first halves is dama
 the other (the unchanged parts are the same in both models), so they are judged both ways from two
 hybrids. A group carries when it moves some blamed row's far drift by ``CARRY`` of it or more, either
 way, or makes a row pass (restore) or fail (damage); a group that carries is halved in the direction
-that showed it most, and its halves tested that way: where the first half moves the drift as much as
-the whole group (within ``CARRY``), the second is not tested. Where neither half of a restored group
+that showed it most, and its halves tested that way, the one whose hybrid starts higher (runs fewer
+layers) first: where it moves the drift as much as the whole group (within ``CARRY``), the other is not
+tested. Where neither half of a restored group
 carries, each may mask the other (each enough for the damage the other leaves): both are tested in the
 damage direction too. A part alone that carries is kept and then measured alone both ways; the rest are
 cleared unmeasured. Where the kept parts' fix set does not make the rows pass, a second round tests
@@ -266,6 +267,10 @@ class Scorer:
         _, _, evaluation = self.gated(base, taken, label, self.items, f"blame {label}", self.items_sets, self.reuse)
         return row_states(evaluation, self.rows)
 
+    def start(self, base: str, taken: Sequence[Part]) -> int:
+        """The decoder layer a hybrid on the blamed items starts at (0 before the sides are recorded)."""
+        return self.pair.start(base, taken) if self.reuse else 0
+
     def record(self, every: int = 1) -> dict[str, RowState] | None:
         """Score each side on the blamed items while the pair records its residual stream at layer boundaries,
         so that later hybrids start from them (transformers only: ``StateDictPair.recording``); the
@@ -479,15 +484,19 @@ def _search_groups(found: Blame, scorer: Scorer, changed: Sequence[PartBlame], l
                 entry.searched = "untested"
             break
         halves, direction, parent = families.pop(0)
-        first = test(halves[0], direction)
-        if parent is not None and _same(found, first, parent):  # the first half restores what the group does
-            carriers: list[GroupTest | None] = [first if first.carries else None, None]
+        # the half whose hybrid runs fewer layers first: where it does what the whole group does, the other is not run
+        starts = [scorer.start(BASES[direction], [e.part for e in [*base, *half]]) for half in halves]
+        one = 1 if starts[1] > starts[0] else 0
+        first = test(halves[one], direction)
+        carriers: list[GroupTest | None] = [None, None]
+        if parent is not None and _same(found, first, parent):  # this half restores what the group does
+            carriers[one] = first if first.carries else None
         elif limit.spent():
-            carriers = [first if first.carries else None, None]
-            for entry in halves[1]:
+            carriers[one] = first if first.carries else None
+            for entry in halves[1 - one]:
                 entry.searched = "untested"
         else:
-            tests = [first, test(halves[1], direction)]
+            tests = [first, test(halves[1 - one], direction)][::1 if one == 0 else -1]  # in the halves' order
             if first_round and len(found.groups) == 2:  # the first halves: restoring one is damaging the original with the other
                 tests += [_judged(found, mine.parts, DAMAGE, other.states) for mine, other in zip(tests, tests[::-1])]
             elif first_round and direction == RESTORE and not any(t.carries for t in tests):  # each masks the other?
@@ -515,8 +524,9 @@ def _strength(test: GroupTest) -> float:
 
 
 def _same(found: Blame, half: GroupTest, group: GroupTest) -> bool:
-    """Restoring ``half`` takes away as much of every blamed row's far drift as restoring its whole ``group``."""
-    return all(a is not None and b is not None and abs(a - b) < CARRY for a, b in zip(half.shares, group.shares))
+    """``half`` carries and moves every blamed row's far drift as much as its whole ``group`` (a group that
+    carries only by passing or failing a row has a share under ``CARRY``: a half that carries nothing is not it)."""
+    return half.carries and all(a is not None and b is not None and abs(a - b) < CARRY for a, b in zip(half.shares, group.shares))
 
 
 def _judged(found: Blame, names: list[str], direction: str, states: dict[str, RowState],

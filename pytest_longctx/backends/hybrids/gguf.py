@@ -160,6 +160,9 @@ class GGUFPair:
         return all(mine[n].tensor_type == theirs[n].tensor_type and np.array_equal(mine[n].data, theirs[n].data)
                    for n in part.parameters)
 
+    def start(self, base: str, taken: Sequence[Part]) -> int:
+        return 0  # see hybrid
+
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Any]:
         # reuse: nothing to start from; llama.cpp runs every hybrid from the token ids (its API takes a batch of

@@ -74,6 +74,9 @@ class Pair(Protocol):
         named ``label``; the models are as they were again when the context ends. ``reuse``: it reads
         the items ``base`` was recorded on, in the same calls, and may start from what was recorded."""
 
+    def start(self, base: str, taken: Sequence[Part]) -> int:
+        """The decoder layer that hybrid, with ``reuse``, starts computing at (0: the token ids)."""
+
     recipe_tool: str  # whose terms ``recipe`` is in: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe),
     # "transformers" (the Python that quantizes on load with a quantization config)
 

@@ -415,14 +415,9 @@ class StateDictPair:
 
     @contextmanager
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> Iterator[Backend]:
-        target, other = self.models[base], other_side(base)
-        made = Hybrid(target, self.models[other], self.swapped)
-        recorded = self.boundaries.get(base) if reuse and taken else None
-        start = recorded.start(first_layer(target, taken)) if recorded else 0
-        theirs = self.boundaries.get(other) if reuse and taken else None
-        held = theirs.start(self.held_as_other(base, taken)) if theirs is not None else 0
-        if held > start:  # its first layers are the other side's: from that side's boundary
-            recorded, start = theirs, held
+        target = self.models[base]
+        made = Hybrid(target, self.models[other_side(base)], self.swapped)
+        recorded, start = self._boundary(base, taken) if reuse and taken else (None, 0)
         made.take(taken)
         try:
             with recorded.starting(start, target) if recorded else nullcontext():
@@ -430,6 +425,18 @@ class StateDictPair:
                 yield TransformersBackend(target, self.tokenizer, name=label, fingerprint=self.fingerprint(base, taken))
         finally:
             made.reset()
+
+    def start(self, base: str, taken: Sequence[Part]) -> int:
+        return self._boundary(base, taken)[1] if taken else 0
+
+    def _boundary(self, base: str, taken: Sequence[Part]) -> tuple[Boundaries | None, int]:
+        """The recorded boundaries a hybrid starts from and the layer: ``base``'s below its first layer taken, or,
+        where higher, the other side's below the first layer it does not compute as that side does."""
+        recorded = self.boundaries.get(base)
+        start = recorded.start(first_layer(self.models[base], taken)) if recorded else 0
+        theirs = self.boundaries.get(other_side(base))
+        held = theirs.start(self.held_as_other(base, taken)) if theirs is not None else 0
+        return (theirs, held) if held > start else (recorded, start)
 
     def held_as_other(self, base: str, taken: Sequence[Part]) -> int:
         """How many leading decoder layers ``base`` holding ``taken`` computes exactly as the other side does: up
