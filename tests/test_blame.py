@@ -107,10 +107,11 @@ def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, nudged, dat
     # the parts outside the changed layers are the original's own: not scored again, the original read once instead
     assert {p.part.name for p in found.parts if p.unchanged} == {"embed", "layer.2", "final", "lm_head"}
     # the parts' own hybrids, the original once, the fix set's step 2 (the other planted layer, tried first: it
-    # passes) and the first layer tried without it; the first step reads the restore hybrids
+    # passes); the first step reads the restore hybrids, and the first layer tried without the second is the
+    # second's own restore hybrid, read again
     first, second = (p.part.name for p in found.parts[:2])
     assert found.fix_moves == [f"+ {first} (best of 3)", f"+ {second} (best of 1)", f"without {first}: fails"]
-    assert found.hybrids == 2 * (len(planted) + 1) + 1 + 1 + 1
+    assert found.hybrids == 2 * (len(planted) + 1) + 1 + 1
     assert found.fix_cost.parameters == sum(p.numel() for n, p in original.named_parameters()
                                             if n.startswith(("model.layers.1.", "model.layers.3.")))
     assert found.verification["passed"], found.verification["failing"]
@@ -297,14 +298,15 @@ def test_the_fix_set_is_searched_and_finds_a_pair_whose_halves_cancel(qwen_token
     assert found.fix_set == ["layer.1", "layer.2"] and found.fixed
     # layer 2 passes first (no third part tried); then layer 1 is tried without layer 2 and is needed
     assert found.fix_moves == ["+ layer.1 (best of 3)", "+ layer.2 (best of 1)", "without layer.1: fails"]
-    assert found.fix_hybrids == 2 and len(found.fix_steps) == 2
+    # layer 1 without layer 2 is layer 2's own restore hybrid, read again: the search scored one hybrid
+    assert found.fix_hybrids == 1 and len(found.fix_steps) == 2
     # the fix set's figures are those of the original with layer 3's nudge alone, made by hand
     nudged_only = copy.deepcopy(original)
     nudged_only.model.layers[3].load_state_dict(candidate.model.layers[3].state_dict())
     assert found.fix_steps[-1][row] == row_figures(nudged_only, dataset, baseline)[row] and found.fix_steps[-1][row].passed
     assert found.verification["passed"], found.verification["failing"]
-    # the parts' own hybrids (3 changed, 2 ways), the original for the 4 unchanged ones, step 2 (one tried), layer 1 tried without
-    assert not nudge.unchanged and found.hybrids == 2 * 3 + 1 + 1 + 1
+    # the parts' own hybrids (3 changed, 2 ways), the original for the 4 unchanged ones, step 2 (one tried)
+    assert not nudge.unchanged and found.hybrids == 2 * 3 + 1 + 1
 
 
 def test_the_fix_set_search_stops_at_its_budget_and_says_what_is_left(qwen_tokenizer, dataset):
@@ -369,17 +371,21 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
     start = {k: max((b for b in kept if b <= k), default=0) for k in range(5)}
     layer = {f"layer.{k}": k for k in range(4)}
     changed = {layer[p.part.name] for p in reused.parts if not p.unchanged}
-    taken_sets = [{layer[p.part.name]} for p in reused.parts if not p.unchanged] * 2  # restore and damage
+    singles = [{layer[p.part.name]} for p in reused.parts if not p.unchanged]
+    hybrids = [("restore", t) for t in singles] + [("damage", t) for t in singles]
     kept_parts = []
     for move in reused.fix_moves:  # the fix set's hybrids: the parts kept with the one tried, or without the one left out
-        name = move.split()[1]
+        name, fix = move.split()[1], None
         if move.startswith("+ ") and kept_parts:
-            taken_sets.append({layer[n] for n in [*kept_parts, name]})
+            fix = {layer[n] for n in [*kept_parts, name]}
         elif move.startswith("without "):
             name = move.split()[1].rstrip(":")
-            taken_sets.append({layer[n] for n in kept_parts if n != name})
+            fix = {layer[n] for n in kept_parts if n != name}
+        if fix is not None and ("restore", fix) not in hybrids:  # one scored before is read again, not run
+            hybrids.append(("restore", fix))
         if move.startswith("+ "):
             kept_parts.append(name)
+    taken_sets = [taken for _, taken in hybrids]
     assert len(reused.rows) == 1  # one row: its items are the whole selection
     tokens = forwarded_tokens(nudged, dataset)
     starts = [max(start[min(taken)], start[min(changed - taken, default=4)]) for taken in taken_sets]
@@ -390,6 +396,27 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
     hidden = original.config.hidden_size
     assert reused.reuse["bytes"] == 2 * len(set(kept)) * tokens * hidden * 4  # both sides, float32
 
+
+
+def test_the_verification_on_the_blamed_items_reads_the_fix_sets_hybrid_without_scoring_it_again(original, nudged, dataset,
+                                                                                                  monkeypatch):
+    import pytest_longctx.gate.blame as module
+
+    baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
+    scored = []  # (name, weights fingerprint) of every model scored
+
+    def counted(backend, *args, **kwargs):
+        scored.append((backend.name, backend.weights_fingerprint()))
+        return score_items(backend, *args, **kwargs)
+
+    monkeypatch.setattr(module, "score_items", counted)
+    found = blame(original, nudged, None, dataset, baseline, progress=False)
+    assert len(found.rows) == 1 and found.fix_set and found.fixed and found.reuse is None  # one row: its items are the selection
+    # no model scored twice (the fix set's hybrid was scored in its search), the candidate once before the hybrids
+    assert "fix set" not in [name for name, _ in scored] and len({f for _, f in scored}) == len(scored) == found.hybrids + 1
+    # its verdict is that of the candidate with the fix set's layers taken back by hand, scored and judged as the gate does
+    [state] = row_figures(taken(nudged, original, layer_numbers(found.fix_set)), dataset, baseline).values()
+    assert found.verification["passed"] == state.passed
 
 
 def twelve_layers(vocab_size: int):

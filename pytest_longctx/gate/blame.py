@@ -255,15 +255,19 @@ class Scorer:
         self.rows: list[str] = []
         self.items = Dataset(source="", configs={})  # the blamed rows' items
         self.items_sets: dict = {}  # the baseline's sets on them
-        self.runs = 0
+        self.runs = 0  # models scored on the blamed items
         self.reuse = False  # the pair starts the items' hybrids from its recorded boundaries
+        self.scored: dict[tuple[str, frozenset[str]], ScoresFile] = {}  # on the items, by base and parts taken
 
     def blamed(self, rows: Sequence[str], items: Dataset) -> None:
         self.rows, self.items, self.items_sets = list(rows), items, self.baseline_sets(items)
 
+    def covers(self, dataset: Dataset) -> bool:
+        """``dataset`` holds the blamed items and no others."""
+        return {(c, n, item.id) for c, n, item in dataset.items()} == {(c, n, item.id) for c, n, item in self.items.items()}
+
     def __call__(self, base: str, taken: Sequence[Part], label: str) -> dict[str, RowState]:
         """The blamed rows with ``base`` (ORIGINAL or CANDIDATE) holding ``taken`` from the other side."""
-        self.runs += 1
         _, _, evaluation = self.gated(base, taken, label, self.items, f"blame {label}", self.items_sets, self.reuse)
         return row_states(evaluation, self.rows)
 
@@ -293,11 +297,17 @@ class Scorer:
               baseline_sets: dict | None = None, reuse: bool = False) -> tuple[ScoresFile, dict, Evaluation]:
         """The hybrid's scores on ``dataset`` against the baseline, their sets, and the gate's evaluation
         (``baseline_sets``: the baseline's on ``dataset``, where known; ``reuse``: ``dataset`` is the blamed
-        items, whose boundaries the pair may hold)."""
-        with self.pair.hybrid(base, taken, label, reuse=reuse) as backend:
-            scores = score_items(backend, self.pair.tokenizer, dataset, self.baseline.mode, self.reading.factory(shown),
-                                 cache=self.reading.cache(backend, taken), beyond_context=self.reading.beyond_context,
-                                 reference=self.baseline)
+        items, whose boundaries the pair may hold). A hybrid scored on the blamed items is not scored on them again."""
+        key = (base, frozenset(part.name for part in taken))
+        scores = self.scored.get(key) if dataset is self.items else None
+        if scores is None:
+            with self.pair.hybrid(base, taken, label, reuse=reuse) as backend:
+                scores = score_items(backend, self.pair.tokenizer, dataset, self.baseline.mode, self.reading.factory(shown),
+                                     cache=self.reading.cache(backend, taken), beyond_context=self.reading.beyond_context,
+                                     reference=self.baseline)
+            if dataset is self.items:
+                self.scored[key] = scores
+                self.runs += 1
         sets = compute_sets(dataset, scores, self.baseline, self.thresholds.min_effect)
         return scores, sets, evaluate(sets, baseline_sets or self.baseline_sets(dataset), self.thresholds)
 
@@ -596,14 +606,21 @@ def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[
     def passing(found_states: Mapping[str, RowState]) -> bool:
         return all(s.passed for s in found_states.values())
 
+    def with_parts(parts: list[Part], label: str) -> dict[str, RowState]:
+        """The candidate with ``parts`` restored; ``spent`` counts it where it was scored (not read again)."""
+        nonlocal spent
+        runs = scorer.runs
+        found_states = scorer(CANDIDATE, parts, label)
+        spent += scorer.runs - runs
+        return found_states
+
     while pool and not passing(states) and (not kept or spent < budget):
         if kept:
             tried = pool[:min(FIX_WIDTH, budget - spent)]
             scored = []
             for n, entry in enumerate(tried):
                 label = f"fix set step {len(kept) + 1}: + {entry.part.name} ({n + 1}/{len(tried)})"
-                scored.append((entry, scorer(CANDIDATE, [p.part for p in kept] + [entry.part], label)))
-                spent += 1
+                scored.append((entry, with_parts([p.part for p in kept] + [entry.part], label)))
                 if passing(scored[-1][1]):
                     break  # nothing beats a pass: the search stops here
         else:
@@ -621,8 +638,7 @@ def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[
                                    f"without the others: it may hold a part they make needless ({flag})")
                 break
             rest = [p.part for p in kept if p is not entry]
-            trial = scorer(CANDIDATE, rest, f"fix set: without {entry.part.name}")
-            spent += 1
+            trial = with_parts(rest, f"fix set: without {entry.part.name}")
             if passing(trial):
                 kept.remove(entry)
                 found.fix_steps.append(trial)
@@ -632,8 +648,11 @@ def _search(found: Blame, scorer: Scorer, budget: int, flag: str) -> tuple[list[
 
 
 def _verify(kept: Sequence[Part], scorer: Scorer, dataset: Dataset) -> dict[str, Any]:
-    """The candidate with ``kept`` from the original (the fix set's hybrid) through the gate on the whole selection."""
-    scores, sets, evaluation = scorer.gated(CANDIDATE, kept, "fix set", dataset, "blame: verifying the fix set")
+    """The candidate with ``kept`` from the original (the fix set's hybrid) through the gate on the whole selection
+    (where it is the blamed items, as the fix set's search scored that hybrid on them)."""
+    same = scorer.covers(dataset)
+    scores, sets, evaluation = scorer.gated(CANDIDATE, kept, "fix set", scorer.items if same else dataset,
+                                            "blame: verifying the fix set", reuse=same and scorer.reuse)
     items, _ = losses(scores, scorer.baseline, sets, scorer.baseline_sets(dataset), scorer.thresholds, dataset)
     failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
     failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]
