@@ -506,7 +506,8 @@ def _search_groups(found: Blame, scorer: Scorer, changed: Sequence[PartBlame], l
             for entry in halves[1 - one]:
                 entry.searched = "untested"
         else:
-            tests = [first, test(halves[1 - one], direction)][::1 if one == 0 else -1]  # in the halves' order
+            tests = [first, first]  # in the halves' order
+            tests[1 - one] = test(halves[1 - one], direction)
             if first_round and len(found.groups) == 2:  # the first halves: restoring one is damaging the original with the other
                 tests += [_judged(found, mine.parts, DAMAGE, other.states) for mine, other in zip(tests, tests[::-1])]
             elif first_round and direction == RESTORE and not any(t.carries for t in tests):  # each masks the other?
@@ -651,9 +652,10 @@ def _verify(kept: Sequence[Part], scorer: Scorer, dataset: Dataset) -> dict[str,
     """The candidate with ``kept`` from the original (the fix set's hybrid) through the gate on the whole selection
     (where it is the blamed items, as the fix set's search scored that hybrid on them)."""
     same = scorer.covers(dataset)
+    baseline_sets = scorer.items_sets if same else scorer.baseline_sets(dataset)
     scores, sets, evaluation = scorer.gated(CANDIDATE, kept, "fix set", scorer.items if same else dataset,
-                                            "blame: verifying the fix set", reuse=same and scorer.reuse)
-    items, _ = losses(scores, scorer.baseline, sets, scorer.baseline_sets(dataset), scorer.thresholds, dataset)
+                                            "blame: verifying the fix set", baseline_sets, reuse=same and scorer.reuse)
+    items, _ = losses(scores, scorer.baseline, sets, baseline_sets, scorer.thresholds, dataset)
     failing = [v.message() for v in evaluation.verdicts if v.applicable and not v.passed]
     failing += [f"{i.key}: mean loss {i.loss:.3f} nats, needs <= {i.threshold:.3f}" for i in items if not i.passed]
     return {"passed": not failing, "failing": failing, "checks": len([v for v in evaluation.verdicts if v.applicable])}

@@ -2,12 +2,12 @@
 prefix cache holds the state. A host that reads prompt rows (``Host.rows``: vLLM in process
 with prompt-rows=true) answers a piece's reads with one request whose prompt ends at the
 piece's furthest read: it computes the piece once, past the blocks its prefix cache holds,
-and returns the log-probabilities at every position it computed. Otherwise (a server), or for a read whose row
-vLLM served from its cache, each read is one query (``queries``) whose prompt ends at the
-read, sent so that the cache can serve it: in a piece, the read furthest on first (its
-prompt computes the whole piece up to there), then every other read at once (vLLM batches
-them; each computes at most the partial block past its cached prefix). Then the follow-ups
-for the ids that neither returned. The engine's prefix tree sends the pieces shared prefix
+and returns the log-probabilities at every position it computed. Otherwise (a server), or
+for a read whose row vLLM served from its cache, each read is one query (``queries``) whose
+prompt ends at the read, sent so that the cache can serve it: in a piece, the read furthest
+on first (its prompt computes the whole piece up to there), then every other read at once
+(vLLM batches them; each computes at most the partial block past its cached prefix). Then
+the follow-ups for the ids that neither returned. The engine's prefix tree sends the pieces shared prefix
 first, then each continuation, so a continuation finds its prefix in the cache."""
 from __future__ import annotations
 
