@@ -19,7 +19,8 @@ from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import OPTIONS, read_options
+from pytest_longctx.gate.options import read_options
+from pytest_longctx.options.table import PYTEST, taken_by
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.modes import plan_reads
 
@@ -110,7 +111,7 @@ def made(model, dtype, device):
 
 
 def test_the_options_carry_it_and_a_factory_that_cannot_take_it_says_so():
-    defaults = {option.dest: None for option in OPTIONS}
+    defaults = {option.plugin_dest: None for option in taken_by(PYTEST)}
     options = read_options(lambda dest: True if dest == "longctx_trust_remote_code" else defaults[dest], lambda _: None, "-")
     assert options.trust_remote_code is True
     assert read_options(defaults.get, lambda _: None, "-").trust_remote_code is False
@@ -325,7 +326,9 @@ def test_a_dtype_the_backend_cannot_load_is_not_blamed_on_the_weights(small_fold
                  "--lengths", "2k", "--quiet"])
     line = error_line(capsys)
     assert code == 2 and "damaged" not in line
-    assert "--dtype int8: the transformers backend loads weights as one of auto, float32, bfloat16, float16" in line
+    assert "--dtype: expected one of auto, float32, bfloat16, float16 (given 'int8')" in line
+    with pytest.raises(LongctxError, match="--dtype int8: the transformers backend loads weights as one of auto, float32"):
+        load_backend(small_folder, dtype="int8")
 
 
 def test_weights_files_that_leave_tensors_unfilled_are_refused_not_read_at_random(small_folder, data_dir, tmp_path, capsys):
@@ -344,9 +347,37 @@ def test_weights_files_that_leave_tensors_unfilled_are_refused_not_read_at_rando
     code = main(["score", "--model", str(holed), "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--quiet"])
     line = error_line(capsys)
     assert code == 2 and len(dropped) == 3
-    assert (f"--model {holed}: 3 of its tensors are not in its weights files ({', '.join(dropped)}); loaded, they would "
-            "hold random values and the gate would judge a model nobody made: re-download or re-save the model") in line
+    assert (f"--model {holed}: {holed}/model.safetensors lacks {', '.join(dropped)}, which the other layers hold: the file "
+            "is incomplete (cut short, or tensors deleted from it); loaded, they would hold random values and the gate would "
+            "judge a model nobody made: re-download or re-save the model") in line
     TransformersBackend.load(small_folder, dtype="float32", device="cpu")  # the whole folder loads
+
+
+def test_a_local_folder_that_does_not_load_gets_no_hint_about_hub_ids(small_folder, tmp_path):
+    """The offline hint (only local folders and cached models load) is for a hub id; a local folder's line says
+    what is wrong with it alone."""
+    import shutil
+
+    folder = tmp_path / "unknown-type"
+    shutil.copytree(small_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "frobnicated"}))
+    with pytest.raises(LongctxError) as exc:
+        load_backend(str(folder), "hf", "float32", "cpu")
+    assert str(exc.value).startswith(f"--model {folder}: cannot load it: ")
+    assert "frobnicated" in str(exc.value) and "offline" not in str(exc.value) and "Hugging Face cache" not in str(exc.value)
+
+
+def test_a_hub_id_that_does_not_load_offline_gets_the_offline_hint(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once, on import: no connection is tried
+    with pytest.raises(LongctxError) as exc:
+        load_backend("nobody-here/no-such-model", "hf", "float32", "cpu")
+    assert str(exc.value).startswith("--model nobody-here/no-such-model: cannot load it: ")
+    assert str(exc.value).endswith(" (offline: only local folders, .gguf files and models already in the Hugging Face cache "
+                                   "load)")
 
 
 def test_a_folder_whose_model_sits_one_level_down_names_that_folder(small_folder, data_dir, tmp_path, capsys):

@@ -334,7 +334,8 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
         "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=1", "--longctx-update-baseline",
         f"--longctx-baseline={tmp_path / 'b.json.gz'}", f"--junitxml={junit}", f"--longctx-out={out}")
     assert result.ret == 0, result.stdout.str()[-2000:]
-    assert f"longctx gate: {folder} (bitsandbytes nf4) against itself" in result.stdout.str()
+    head = next(line for line in result.stdout.lines if line.startswith("longctx gate: "))
+    assert head.startswith(f"longctx gate: {folder} (bitsandbytes nf4)") and " against itself" in head
     properties = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
     assert properties["longctx.quantization"] == "bitsandbytes nf4"
     meta = json.loads(out.read_text())["meta"]
@@ -531,3 +532,176 @@ def test_blame_on_an_auto_round_checkpoint_is_one_line_that_says_why_not(loaded,
                               "packing, by auto-round ")
     assert "; model.layers.0.self_attn.q_proj.qweight): blame " in message and message.endswith("stands without blame")
     assert "architecture" not in message and "\n" not in message
+
+
+# --------------------------------------------------------------- a config.json edited, a weights file cut short
+
+
+def edited(source: Path, out: Path, change) -> str:
+    """``source`` copied to ``out`` with ``change`` applied to its config.json's dict."""
+    import shutil
+
+    shutil.copytree(source, out)
+    config = json.loads((out / "config.json").read_text())
+    change(config)
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+def load_error(folder: str) -> str:
+    """The one line loading ``folder`` through the backend gives."""
+    with pytest.raises(LongctxError) as exc:
+        load_backend(folder, "hf", "float32", "cpu")
+    message = str(exc.value)
+    assert "\n" not in message and "offline" not in message and "Traceback" not in message
+    return message
+
+
+def set_in(*path: str, value: Any):
+    def change(config: dict[str, Any]) -> None:
+        *parents, leaf = path
+        for key in parents:
+            config = config[key]
+        config[leaf] = value
+
+    return change
+
+
+@pytest.mark.parametrize("path, value, field, found", [
+    (("quantization_config",), "compressed-tensors", "quantization_config", "a string"),
+    (("quantization_config", "config_groups"), [{"targets": ["Linear"], "weights": W4A16_G16}],
+     "quantization_config.config_groups", "a list"),
+])
+@needs_compressed_tensors
+def test_a_quantization_config_of_the_wrong_shape_names_the_file_and_the_field(path, value, field, found, checkpoints, tmp_path):
+    folder = edited(checkpoints("ct-w4a16-g16"), tmp_path / "edited", set_in(*path, value=value))
+    message = load_error(folder)
+    assert message.startswith(f"--model {folder}: {folder}/config.json, field '{field}': expected an object")
+    assert f"found {found}" in message and "re-save" in message
+
+
+@pytest.mark.parametrize("where, field", [
+    (("quantization_config", "format"), "quantization_config.format"),
+    (("quantization_config", "config_groups", "group_0", "format"), "quantization_config.config_groups.group_0.format"),
+])
+@needs_compressed_tensors
+def test_a_compressed_tensors_format_that_does_not_exist_names_the_field_and_the_formats(where, field, checkpoints, tmp_path):
+    from compressed_tensors import CompressionFormat
+
+    folder = edited(checkpoints("ct-w4a16-g16"), tmp_path / "edited", set_in(*where, value="frobnicated"))
+    message = load_error(folder)
+    assert message.startswith(f"--model {folder}: {folder}/config.json, field '{field}': 'frobnicated' is not a format "
+                              "compressed-tensors ")
+    assert all(f.value in message for f in CompressionFormat) and "validation error" not in message
+
+
+@needs_compressed_tensors
+def test_num_bits_edited_names_the_field_and_the_bits_its_weights_are_packed_in(checkpoints, tmp_path):
+    """compressed-tensors packs 3 bits too: the stored tensors are 4-bit packed, so the config does not describe
+    them; no other library version wrote it otherwise."""
+    folder = edited(checkpoints("ct-w4a16-g16"), tmp_path / "bits3",
+                    set_in("quantization_config", "config_groups", "group_0", "weights", "num_bits", value=3))
+    message = load_error(folder)
+    assert message.startswith(f"--model {folder}: {folder}/config.json, field "
+                              "'quantization_config.config_groups.group_0.weights.num_bits': 3, but ")
+    assert f"{folder}/model.safetensors holds its layers packed in 4 bits" in message
+    assert "version that wrote it" not in message and "set it back to 4" in message
+
+
+def without(source: Path, out: Path, dropped: list[str]) -> Path:
+    """``source`` copied to ``out`` with ``dropped`` deleted from its model.safetensors (its metadata kept)."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, out)
+    with safe_open(str(out / "model.safetensors"), "pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(out / "model.safetensors")
+    assert set(dropped) <= set(tensors)
+    save_file({k: v for k, v in tensors.items() if k not in dropped}, out / "model.safetensors", metadata=metadata)
+    return out
+
+
+DOWN = "model.layers.0.mlp.down_proj"
+
+
+@pytest.mark.parametrize("kind, dropped", [
+    pytest.param("ct-w4a16-g16", [f"{DOWN}.weight_packed"], marks=needs_compressed_tensors),
+    pytest.param("torchao-int8", [f"{DOWN}._weight_qdata", f"{DOWN}._weight_scale", f"{DOWN}._weight_zero_point"],
+                 marks=needs_torchao),
+    pytest.param("torchao-int8", [f"{DOWN}._weight_qdata"], marks=needs_torchao),
+])
+def test_a_quantized_weights_file_missing_a_layers_weight_says_which_and_that_the_file_is_incomplete(
+        kind, dropped, checkpoints, tmp_path):
+    """Not that the layer's format has no kernel here: the file lacks tensors the other layers hold."""
+    folder = without(checkpoints(kind), tmp_path / "holed", dropped)
+    message = load_error(str(folder))
+    assert message.startswith(f"--model {folder}: {folder}/model.safetensors lacks {', '.join(sorted(dropped))}")
+    assert "the file is incomplete" in message and "re-download or re-save" in message
+    assert "kernel" not in message and "GPU" not in message
+
+
+def test_an_unknown_quant_method_names_the_field_and_is_described_as_not_applied(float_folder, tmp_path):
+    """transformers warns that it skips a quant_method it does not know and loads the weights as stored: gated
+    so, a float model would be judged as a quantization it is not. The load is one line naming the field; a
+    model loaded by hand that way is described as unquantized, from its modules."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    folder = with_quantization(float_folder, tmp_path / "frobnicated", {"quant_method": "frobnicate", "bits": 4})
+    message = load_error(folder)
+    assert message.startswith(f"--model {folder}: {folder}/config.json, field 'quantization_config.quant_method': "
+                              f"'frobnicate' is not a quantization method transformers {transformers.__version__} knows (")
+    assert "compressed-tensors" in message and "delete quantization_config" in message
+    by_hand = TransformersBackend(AutoModelForCausalLM.from_pretrained(folder))
+    assert by_hand.describe()["quantization"].startswith("none: config.json's quantization_config (frobnicate 4-bit) was not "
+                                                          "applied")
+
+
+FP8_CONFIGS = {
+    "fp8": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32]},
+    "compressed-tensors": {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+                           "quantization_status": "compressed",
+                           "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized",
+                                                         "weights": FP8_CHANNEL, "input_activations": FP8_TOKEN}}},
+}
+
+
+@pytest.mark.parametrize("method", [
+    "fp8", pytest.param("compressed-tensors", marks=needs_compressed_tensors),
+])
+def test_an_fp8_config_over_float_weights_is_refused_and_described_as_not_applied(method, float_folder, tmp_path):
+    """The weights file holds the float model's float32 tensors bit for bit, the config says fp8: transformers'
+    fp8 loads them as stored on a CPU (it 'de-quantizes'), compressed-tensors misses its scales. Either way
+    nothing is quantized, and the line says the config claims what the weights do not hold."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: transformers' fp8 would quantize on load")
+    folder = with_quantization(float_folder, tmp_path / "fp8", FP8_CONFIGS[method])
+    message = load_error(folder)
+    assert message.startswith(f"--model {folder}: {folder}/config.json, field 'quantization_config': it says the weights "
+                              f"are quantized ({quantized.describe(FP8_CONFIGS[method])}), but {folder}/model.safetensors "
+                              "holds them in float (F32)")
+    assert "delete quantization_config" in message and "de-quantized on load" not in message
+    if method == "fp8":  # a model loaded by hand so is described from its modules and weights, not from its config
+        described = TransformersBackend(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)).describe()
+        assert described["quantization"].startswith("none: config.json's quantization_config (fp8 e4m3 weights in blocks of "
+                                                    "32x32) was not applied")
+
+
+@needs_compressed_tensors
+def test_a_scheme_group_that_takes_no_module_is_not_described(checkpoints, loaded, tmp_path):
+    """A second group whose targets match no layer of the model quantizes nothing: the description says what the
+    loaded modules carry, the first group's scheme alone."""
+    def add_group(config: dict[str, Any]) -> None:
+        groups = config["quantization_config"]["config_groups"]
+        groups["group_1"] = {**groups["group_0"], "targets": ["re:.*experts.*"], "weights": {**groups["group_0"]["weights"], "num_bits": 8}}
+
+    folder = edited(checkpoints("ct-w4a16-g16"), tmp_path / "two-groups", add_group)
+    backend, _ = load_backend(folder, "hf", "float32", "cpu")
+    assert backend.describe()["quantization"] == KINDS["ct-w4a16-g16"][1]
+    assert backend.weights_fingerprint() == loaded("ct-w4a16-g16").weights_fingerprint()

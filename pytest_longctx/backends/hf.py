@@ -22,11 +22,12 @@ from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends import kv_caches, option_values, presses, quantized
+from pytest_longctx.backends import kv_caches, presses, quantized
 from pytest_longctx.backends.aliases import is_model_name, resolve_model, smollm2_gguf
 from pytest_longctx.backends.base import Prediction, ReadResult, advance_in_calls, read_by_session
 from pytest_longctx.backends.files import beside_weights
 from pytest_longctx.errors import LongctxError, first_line
+from pytest_longctx.options.backend_keys import TRANSFORMERS
 from pytest_longctx.paths import cache_dir, write_atomically
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -78,25 +79,19 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
-# accelerate's big-model loading (``--backend-option device-map=…``): its strategies, by name
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 SIZE = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B)?", re.IGNORECASE)
 
 
 def loading_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """``--backend-option`` settings as ``from_pretrained`` keywords: ``device-map`` (one of
-    ``DEVICE_MAPS``: the model spread over the visible GPUs, then the CPU, then
-    ``offload-folder``), ``max-memory`` (``0:10GiB,1:20GiB,cpu:30GiB``: what each device may
-    hold), ``offload-folder`` (where weights that fit nowhere else go)."""
-    known = {"device-map": ("device_map", str), "max-memory": ("max_memory", str), "offload-folder": ("offload_folder", str)}
-    loading = option_values(options, known, "transformers")
+    """``--backend-option`` settings as ``from_pretrained`` keywords: ``device-map`` (the model
+    spread over the visible GPUs, then the CPU, then ``offload-folder``), ``max-memory``
+    (``0:10GiB,1:20GiB,cpu:30GiB``: what each device may hold), ``offload-folder`` (where weights
+    that fit nowhere else go); the keys are options/backend_keys.py's ``TRANSFORMERS``."""
+    loading, _ = TRANSFORMERS.parse(options)
     if "device_map" not in loading and loading:
         key = next(iter(options))
         raise LongctxError(f"--backend-option {key}={options[key]}: needs device-map=… (auto: across the visible GPUs, "
                            "then the CPU)")
-    if loading.get("device_map", "auto") not in DEVICE_MAPS:
-        raise LongctxError(f"--backend-option device-map={loading['device_map']}: expected {', '.join(DEVICE_MAPS[:-1])} "
-                           f"or {DEVICE_MAPS[-1]}")
     if "max_memory" in loading:
         loading["max_memory"] = _max_memory(loading["max_memory"])
     if "offload_folder" in loading:
@@ -201,6 +196,7 @@ def _needs_own_code(model: str, model_type: str | None = None) -> str:
 
 # how transformers' quantizers say that a method has no kernel but a GPU's
 GPU_ONLY = re.compile(r"\b(GPU|CUDA|XPU)\b")
+RANDOM = "loaded, {} would hold random values and the gate would judge a model nobody made"
 
 
 def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: str, exc: Exception) -> None:
@@ -214,36 +210,123 @@ def _refuse_quantization(model: str, quantization: Mapping[str, Any], device: st
     if device == "cpu" and GPU_ONLY.search(str(exc)):
         raise LongctxError(f"--model {model}: its quantization ({what}) runs only on a GPU kernel, and this run is on the "
                            f"CPU ({first}); score it on a GPU (--device cuda)") from None
-    if "ignore_mismatched_sizes" in str(exc):  # transformers' report of stored shapes it did not expect, logged above
-        libraries = ", ".join(f"{name} {v}" for name, v in quantized.library_versions(quantization).items())
-        written = quantization.get("version")
-        raise LongctxError(f"--model {model}: its quantized tensors ({what}) are stored in shapes that transformers"
-                           f"{' with ' + libraries if libraries else ''} does not expect (its report above lists them as "
-                           f"MISMATCH){'; compressed-tensors ' + written + ' wrote it' if written else ''}: the format as "
-                           "written and as read here differ, the file is not damaged; gate it where it runs (vLLM: "
-                           "--longctx-backend vllm) or with the library version that wrote it") from None
     if isinstance(exc, ImportError):
         hint = quantized.install_hint(quantization)
         raise LongctxError(f"--model {model}: its quantization ({what}) needs a library that is missing here or too old: "
                            f"{first}{'; ' + hint if hint else ''}") from None
 
 
-def _refuse_missing(model: str, missing: Sequence[str], quantization: Mapping[str, Any], loaded: Any) -> None:
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _refuse_incomplete(model: str, lacking: Mapping[str, Sequence[str]], failed: str = "") -> None:
+    """A weights file that lacks tensors the model's other layers hold: named, file by file; ``failed``: how
+    transformers' load stopped on it, where it did."""
+    if not lacking:
+        return
+    files = "; ".join(f"{file} lacks {_shown(names)}" for file, names in sorted(lacking.items()))
+    count = sum(len(names) for names in lacking.values())
+    then = f"transformers stops on it ({failed})" if failed else RANDOM.format("it" if count == 1 else "they")
+    raise LongctxError(f"--model {model}: {files}, which the other layers hold: the file is incomplete (cut short, or "
+                       f"tensors deleted from it); {then}: re-download or re-save the model")
+
+
+def _refuse_mismatched(model: str, mismatched: Sequence[tuple[str, Any, Any]], quantization: Mapping[str, Any], loaded: Any,
+                       stored: Mapping[str, quantized.StoredTensor] | None, config_file: str) -> None:
+    """Stored tensors of shapes the model as its config.json makes it does not take (transformers would start them at
+    random): a compressed-tensors scheme field whose value the stored ones do not fit, named; a checkpoint written by
+    another version of its library, said so; else the config and the weights disagree."""
+    if not mismatched:
+        return
+    key, held, expected = sorted(mismatched, key=lambda m: m[0])[0]
+    file = str(stored[key].file) if stored and key in stored else "its weights files"
+    many = f"{len(mismatched)} tensor{'s' * (len(mismatched) > 1)} so"
+    edited = quantized.edited_field(loaded, quantization, mismatched) if quantization else None
+    if edited:
+        raise LongctxError(f"--model {model}: {config_file}, field {edited.field!r}: {edited.said}, but {file} {edited.holds} "
+                           f"({edited.key} is {list(edited.stored)} there, {list(edited.expected)} for {edited.said}; {many}): "
+                           "the config does not describe its weights (edited, or saved with another config); set it back to "
+                           f"{edited.held}, or re-save the checkpoint with the config it was made with")
+    shapes = f"{key} is {list(held)} in {file}, {list(expected)} as its config.json makes it; {many}"
+    if not quantization:
+        raise LongctxError(f"--model {model}: its weights are stored in shapes its config.json does not make ({shapes}): the "
+                           "config and the weights are of different models; re-download or re-save the model")
+    what = quantized.describe(quantization)
+    running = quantized.library_versions(quantization)
+    libraries = ", ".join(f"{name} {v}" for name, v in running.items())
+    written = str(quantization.get("version") or "")
+    if written and written not in running.values():
+        raise LongctxError(f"--model {model}: its quantized tensors ({what}) are stored in shapes that transformers"
+                           f"{' with ' + libraries if libraries else ''} does not expect ({shapes}); compressed-tensors "
+                           f"{written} wrote it: the format as written and as read here differ, the file is not damaged; gate "
+                           "it where it runs (vLLM: --longctx-backend vllm) or with the library version that wrote it")
+    raise LongctxError(f"--model {model}: its quantized tensors ({what}) are stored in shapes that transformers"
+                       f"{' with ' + libraries if libraries else ''} does not make of its config.json ({shapes}), which "
+                       f"{'that version wrote' if written else 'nothing says another version wrote'}: the config and the "
+                       "weights disagree (config.json edited, or the weights saved with another config); re-save the "
+                       "checkpoint with the config it was made with")
+
+
+def _refuse_missing(model: str, missing: Sequence[str], quantization: Mapping[str, Any], loaded: Any,
+                    unexpected: Sequence[str], stored: Mapping[str, quantized.StoredTensor] | None, config_file: str) -> None:
     """A model some of whose tensors its weights files did not fill is refused: transformers starts them at random
-    and reads on, so the gate would judge a model nobody made. For a quantized checkpoint the usual cause is a
-    layer format its library loads with no kernel here (auto-round's asymmetric AWQ packing on the CPU)."""
+    and reads on, so the gate would judge a model nobody made. Said by its cause: a quantization config over weights
+    that hold none; a layer format its library loads with no kernel here (the layer's stored tensors are there under
+    names the loaded layer does not take: auto-round's asymmetric AWQ packing on the CPU); else a weights file that
+    lacks them."""
     if not missing:
         return
-    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    if stored is not None and quantized.claims_quantization(quantization) and not quantized.holds_quantized_storage(stored):
+        _refuse_unheld(model, quantization, stored, config_file, f", without {_shown(missing)} that its library reads")
+    modules = sorted({key.rpartition(".")[0] for key in missing})
+    untaken = quantization and any(name.startswith(tuple(f"{m}." for m in modules)) for name in unexpected)
+    if not untaken:
+        _refuse_incomplete(model, quantized.absent_tensors(modules, stored or {}))
+        raise LongctxError(f"--model {model}: {len(missing)} of its tensors are not in its weights files ({_shown(missing)}); "
+                           f"{RANDOM.format('they')}: re-download or re-save the model; a checkpoint of another "
+                           "architecture fails so too")
     kernels = _kernels_said(loaded)
     why = (f"its quantization ({quantized.describe(quantization)}{'; ' + kernels if kernels else ''}) did not take those layers "
-           "here: gate it where its library has a kernel for this format (a GPU, or another packing format)"
-           if quantization else "re-download or re-save the model; a checkpoint of another architecture fails so too")
+           "here: gate it where its library has a kernel for this format (a GPU, or another packing format)")
     if quantization.get("quant_method") == "auto-round" and quantized.missing_library({"quant_method": "gptq"}):
         why += ("; auto-round runs its GPTQ and AWQ packings through gptqmodel's kernels where gptqmodel is installed: pip "
                 "install 'pytest-longctx[gptqmodel]' (an environment of its own: scripts/setup-gptqmodel-venv.sh)")
-    raise LongctxError(f"--model {model}: {len(missing)} of its tensors are not in its weights files ({shown}); loaded, they "
-                       f"would hold random values and the gate would judge a model nobody made: {why}")
+    raise LongctxError(f"--model {model}: {len(missing)} of its tensors are not in its weights files ({_shown(missing)}); "
+                       f"{RANDOM.format('they')}: {why}")
+
+
+def _refuse_unapplied(model: str, quantization: Mapping[str, Any], loaded: Any, stored: Mapping[str, quantized.StoredTensor] | None,
+                      config_file: str) -> None:
+    """A config that says the weights are quantized, over a model none of whose modules the library took and whose
+    weights files hold plain floats: transformers loaded the weights as stored (its fp8 on a CPU "de-quantizes"
+    whatever it finds), and the gate would judge a float model as that quantization."""
+    if stored is not None and not _quantization_held(loaded, quantization, stored):
+        _refuse_unheld(model, quantization, stored, config_file, " and transformers loaded them as stored")
+
+
+def _refuse_unheld(model: str, quantization: Mapping[str, Any], stored: Mapping[str, quantized.StoredTensor], config_file: str,
+                   how: str) -> NoReturn:
+    dtypes = ", ".join(sorted({t.dtype for t in stored.values() if t.dtype not in ("I64", "BOOL")}))
+    files = quantized.files_of(stored)
+    raise LongctxError(f"--model {model}: {config_file}, field 'quantization_config': it says the weights are quantized "
+                       f"({quantized.describe(quantization)}), but {files} hold{'s' * (', ' not in files)} them in float "
+                       f"({dtypes}){how}: nothing in the checkpoint is quantized, and the gate would judge float weights as "
+                       "that quantization; delete quantization_config to judge them as the float model they are, or give the "
+                       "quantized checkpoint's weights")
+
+
+def _weights_held(where: str, extra: Mapping[str, Any]) -> dict[str, quantized.StoredTensor] | None:
+    """What the safetensors weights files beside the model hold (none read for a GGUF file)."""
+    return None if extra else quantized.stored_tensors(where)
+
+
+def _config_file(model: str, where: str, extra: Mapping[str, Any]) -> str:
+    """The config.json a line names: the folder's, the cached one of a hub id, or a GGUF file's metadata."""
+    if extra:
+        return f"{model} (its metadata)"
+    found = beside_weights(where, "config.json")
+    return str(found) if found else f"config.json of {model}"
 
 
 def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
@@ -270,12 +353,17 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
     damaged = _damaged_weights(where) if not extra and Path(where).is_dir() else None  # a folder, not a .gguf's
     if damaged:
         raise LongctxError(f"--model {model}: cannot load it: {damaged}; re-download or re-save the model")
-    quantization: Mapping[str, Any] = {}  # the checkpoint's own quantization_config, once read
+    quantization: Mapping[str, Any] = {}  # the checkpoint's own quantization_config, once read and checked
+    config_file = _config_file(model, where, extra)
     try:
         stored = _stored_config(where, extra)
         if "auto_map" in stored and not trust_remote_code:  # transformers would load a model_type it knows without it
             raise LongctxError(_needs_own_code(model, stored.get("model_type")))
-        quantization = stored.get("quantization_config") or {}
+        written = stored.get("quantization_config") or {}
+        problem = quantized.config_problem(written, config_file) if written else None
+        if problem:
+            raise LongctxError(f"--model {model}: {problem}")
+        quantization = written
         missing = quantized.missing_library(quantization)
         if missing:
             raise LongctxError(f"--model {model}: {missing}")
@@ -285,28 +373,38 @@ def load_pretrained(model: str, dtype: str = "auto", device: str = "auto", trust
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust, **extra) if has_files else None
         if tokenizer is not None and len(tokenizer) <= 1:  # no vocabulary: every text would be no tokens at all
             tokenizer = None
+        # shapes it does not expect are left to _refuse_mismatched, which names them (transformers raises only "see the report above")
         loaded, info = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, trust_remote_code=trust, **extra, **loading,
-                                                            output_loading_info=True)
+                                                            output_loading_info=True, ignore_mismatched_sizes=True)
     except LongctxError:
         raise
     except (OSError, ValueError) as exc:
         _refuse_quantization(model, quantization, device, exc)
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise LongctxError(_needs_own_code(model)) from None
+        _refuse_incomplete(model, quantized.incomplete_modules(_weights_held(where, extra) or {}),
+                           first_line(exc) or type(exc).__name__)
         first = first_line(exc) or type(exc).__name__
         offline = " (offline: only local folders, .gguf files and models already in the Hugging Face cache load)"
-        raise LongctxError(f"--model {model}: cannot load it: {first}{offline if not extra and where == model else ''}") from None
+        hub_id = not extra and not Path(where).expanduser().exists()
+        raise LongctxError(f"--model {model}: cannot load it: {first}{offline if hub_id else ''}") from None
     except Exception as exc:  # e.g. a damaged weights file in another format (safetensors, torch, GGUF raise their own types)
         _refuse_quantization(model, quantization, device, exc)
         first = first_line(exc)
+        _refuse_incomplete(model, quantized.incomplete_modules(_weights_held(where, extra) or {}),
+                           f"{type(exc).__name__}{': ' + first if first else ''}")
         raise LongctxError(f"--model {model}: cannot load it: {type(exc).__name__}{': ' + first if first else ''} "
                            "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
-    _refuse_missing(model, sorted(info.get("missing_keys") or []), quantization, loaded)
+    held = _weights_held(where, extra)
+    _refuse_mismatched(model, sorted(info.get("mismatched_keys") or []), quantization, loaded, held, config_file)
+    _refuse_missing(model, sorted(info.get("missing_keys") or []), quantization, loaded, sorted(info.get("unexpected_keys") or []),
+                    held, config_file)
     if quantization.get("kv_cache_scheme"):  # transformers drops its scales: the backend runs it itself
         try:
             kv_caches.use_checkpoint_scheme(loaded, quantization["kv_cache_scheme"], where)
         except LongctxError as exc:
             raise LongctxError(f"--model {model}: {exc}") from None
+    _refuse_unapplied(model, quantization, loaded, held, config_file)
     return (loaded if loading else loaded.to(device)).eval(), tokenizer
 
 
@@ -317,6 +415,7 @@ def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_
     reads compress each context with (``--kv-press``, backends/presses.py), and ``kv-cache``, the
     quantized KV cache each context is read into (backends/kv_caches.py)."""
     settings = dict(options or {})
+    TRANSFORMERS.parse(settings)  # every key and value checked, a blank one refused, before anything is read
     press_spec, cache_spec = settings.pop("kv-press", None), settings.pop("kv-cache", None)
     if press_spec and cache_spec:
         raise LongctxError(f"--kv-press {press_spec} and --backend-option kv-cache={cache_spec}: a press compresses a plain "
@@ -481,18 +580,35 @@ class TransformersBackend:
             **({"kv_press": self.press_name} if self.press_name else {}),
             **({"kv_cache": self.kv_cache} if self.kv_cache else {}),
             "dtype": ",".join(dtypes),
-            # transformers' config objects drop keys they do not know (auto-round's provider and version, when it
-            # exports the GPTQ or AWQ format): the description reads them from the stored config
-            "quantization": "; ".join(filter(None, (quantized.describe({**stored_quantization(self.model), **quantization}
-                                                                       if quantization else {}, rounds_activations(self.model),
-                                                                       bool(kv_caches.checkpoint_scales(self.model))),
-                                                     quantized.made_by(self.recipe, quantization, self._written()),
-                                                     _kernels_said(self.model)))),
+            "quantization": described_quantization(self.model, quantization, self.recipe, self._written()),
             "device": placement(self.model) or self.device.type,
             "chunk_size": self.chunk_size,
             "versions": {"torch": str(torch.__version__), "transformers": str(transformers.__version__),
                          **quantized.library_versions(quantization), **_kvpress_version(self.press)},
         }
+
+
+def described_quantization(model: Any, quantization: Mapping[str, Any], recipe: Path | None, written: str | None) -> str:
+    """The candidate's quantization in words, as the library applied it to the loaded modules: the scheme they carry, the
+    activations and KV cache they round, the kernels that run them; a config whose quantization neither the modules nor the
+    weights files hold (transformers skipped it, or found float weights under it) is said as not applied."""
+    # transformers' config objects drop keys they do not know (auto-round's provider and version, when it exports the GPTQ
+    # or AWQ format): the description reads them from the stored config
+    claimed = {**stored_quantization(model), **quantization} if quantization else {}
+    if claimed and not _quantization_held(model, claimed, quantized.stored_tensors(_source(model))):
+        config = {k: v for k, v in claimed.items() if k != "dequantized_on_load"}
+        return (f"none: config.json's quantization_config ({quantized.describe(config)}) was not applied: its modules and its "
+                "weights files hold plain floats")
+    return "; ".join(filter(None, (quantized.describe(quantized.applied(model, claimed), rounds_activations(model),
+                                                      bool(kv_caches.checkpoint_scales(model))),
+                                   quantized.made_by(recipe, quantization, written), _kernels_said(model))))
+
+
+def _quantization_held(model: Any, quantization: Mapping[str, Any], stored: Mapping[str, quantized.StoredTensor] | None) -> bool:
+    """Whether what a config says is quantized is: modules the library took (or a KV cache scheme run), or, for a format
+    transformers de-quantizes on load, weights files that hold quantized storage; true where the files cannot be read."""
+    return (not quantized.claims_quantization(quantization) or bool(quantized.quantized_modules(model))
+            or bool(kv_caches.checkpoint_scales(model)) or stored is None or quantized.holds_quantized_storage(stored))
 
 
 def _kvpress_version(press: Any) -> dict[str, str]:

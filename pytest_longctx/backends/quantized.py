@@ -1,17 +1,22 @@
 """A checkpoint's own ``quantization_config`` as the transformers backend reports it: what the
 candidate is in words, the library that runs it and its version, and the line that says which
-extra to install when that library is missing. Read from the config alone: nothing here
-imports a quantization library except to see whether it is there."""
+extra to install when that library is missing; and what the transformers backend checks it
+against: the config as written (an object, a method transformers knows, a compressed-tensors
+config as compressed-tensors reads it), the tensors its weights files hold (their headers), and
+the modules the library quantized as the model loaded. Nothing here imports a quantization library
+except to see whether it is there, to read a config as it does, or to ask how it packs."""
 from __future__ import annotations
 
 import importlib
 import json
 import re
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pytest_longctx.backends import kv_caches
+from pytest_longctx.backends.files import beside_weights
 from pytest_longctx.errors import first_line
 
 # quant_method -> (the module transformers imports to run it, its distribution: also the extra's name)
@@ -146,7 +151,8 @@ def describe(quantization: Mapping[str, Any], activations_rounded: bool = True, 
     if name == "bitsandbytes":
         return f"bitsandbytes {_bitsandbytes(quantization)}"
     if name == "compressed-tensors":
-        groups = (quantization.get("config_groups") or {}).values()
+        stored = quantization.get("config_groups")
+        groups = [g for g in stored.values() if isinstance(g, Mapping)] if isinstance(stored, Mapping) else []
         said = "compressed-tensors " + "; ".join(_scheme(g, activations_rounded) for g in groups) if groups else name
         cache = quantization.get("kv_cache_scheme")
         return f"{said}; {kv_caches.scheme_words(cache, cache_rounded)}" if cache else said
@@ -332,3 +338,327 @@ def _scheme(group: Mapping[str, Any], activations_rounded: bool) -> str:
                      + ("rounded as they run" if activations_rounded
                         else "not rounded here: the weights alone are judged (vLLM's backend runs the activations too)"))
     return ", ".join(words)
+
+
+# --------------------------------------------------------------- the stored config, checked before transformers reads it
+
+FIELD = "quantization_config"
+JSON_KINDS = {str: "a string", list: "a list", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+RESAVE = "re-save the checkpoint with its library, or delete quantization_config to judge the weights unquantized"
+
+
+def config_problem(quantization: Any, config_file: str) -> str | None:
+    """What is wrong with a checkpoint's stored ``quantization_config`` (``config_file``: its config.json, as the
+    line names it), as ``FILE, field 'quantization_config.…': what is wrong; what to do``; None when transformers
+    and the library that runs it can read it."""
+    if not isinstance(quantization, Mapping):
+        return _field(config_file, FIELD, f"expected an object (its quantization library's settings, with a quant_method), "
+                                          f"found {_found(quantization)}; {RESAVE}")
+    return _method_problem(quantization, config_file) or _compressed_tensors_problem(quantization, config_file)
+
+
+def _field(config_file: str, field: str, problem: str) -> str:
+    return f"{config_file}, field {field!r}: {problem}"
+
+
+def _found(value: Any) -> str:
+    """A JSON value as a line shows it: its kind, and the value cut short."""
+    shown = json.dumps(value, default=str)
+    return f"{JSON_KINDS.get(type(value), type(value).__name__)} ({shown[:60]}{'…' if len(shown) > 60 else ''})"
+
+
+def _method_problem(quantization: Mapping[str, Any], config_file: str) -> str | None:
+    """A ``quant_method`` transformers does not know: it warns, skips the config and loads the weights as stored."""
+    import transformers
+    from transformers.quantizers.auto import AUTO_QUANTIZATION_CONFIG_MAPPING
+
+    if quantization.get("load_in_4bit") or quantization.get("load_in_8bit"):  # bitsandbytes, as transformers reads it
+        return None
+    name = quantization.get("quant_method")
+    if isinstance(name, str) and name in AUTO_QUANTIZATION_CONFIG_MAPPING:
+        return None
+    known = sorted({re.sub(r"^bitsandbytes_\dbit$", "bitsandbytes (with load_in_4bit or load_in_8bit)", m)
+                    for m in AUTO_QUANTIZATION_CONFIG_MAPPING})
+    said = "missing: it names none of the quantization methods" if name is None else f"{name!r} is not a quantization method"
+    return _field(config_file, f"{FIELD}.quant_method",
+                  f"{said} transformers {transformers.__version__} knows ({', '.join(known)}): it would "
+                  "skip the config and load the weights as stored, and the gate would judge them as a quantization they do not "
+                  "hold; name the method that made the checkpoint, or delete quantization_config to judge the plain weights")
+
+
+def _compressed_tensors_problem(quantization: Mapping[str, Any], config_file: str) -> str | None:
+    """A compressed-tensors config read as compressed-tensors reads it: its formats among the ones it knows (it reads a
+    group's and only records the top-level one, which would otherwise pass unseen), every field as its schema says."""
+    if method(quantization) != "compressed-tensors":
+        return None
+    groups = quantization.get("config_groups")
+    if groups is not None and not isinstance(groups, Mapping):
+        return _field(config_file, f"{FIELD}.config_groups", f"expected an object (a scheme by name: {{\"group_0\": "
+                                                             f"{{\"targets\": …, \"weights\": …}}}}), found {_found(groups)}; {RESAVE}")
+    try:
+        from compressed_tensors import CompressionFormat
+        from compressed_tensors.quantization import QuantizationConfig
+    except Exception:  # noqa: BLE001 - not installed or failing: the line that names its extra says so
+        return None
+    formats = [f.value for f in CompressionFormat]
+    said = [(f"{FIELD}.format", quantization.get("format"))] + [
+        (f"{FIELD}.config_groups.{name}.format", group.get("format")) for name, group in (groups or {}).items()
+        if isinstance(group, Mapping)]
+    for field, value in said:
+        if value is not None and value not in formats:
+            return _field(config_file, field, f"{value!r} is not a format compressed-tensors "
+                                              f"{_version('compressed-tensors')} knows ({', '.join(formats)}); write the one its "
+                                              "weights were saved in, or re-save the checkpoint with its library")
+    if not (groups or quantization.get("kv_cache_scheme")):  # transformers reads no scheme then (sparsity alone)
+        return None
+    try:
+        QuantizationConfig.model_validate(dict(quantization))
+    except ValueError as exc:  # pydantic's ValidationError, one entry per field it refused
+        return _validation_problem(getattr(exc, "errors", lambda: [])(), quantization, config_file) or _field(
+            config_file, FIELD, f"compressed-tensors {_version('compressed-tensors')} cannot read it ({first_line(exc)}); {RESAVE}")
+    return None
+
+
+def _validation_problem(errors: list[dict[str, Any]], data: Mapping[str, Any], config_file: str) -> str | None:
+    """pydantic's first error as a field of config.json: its location walked through the stored dict, so that the names
+    pydantic gives the members of a union (``list[str]``, ``function-after[…]``) are left out; an error that refuses a
+    whole value as one member of a union gives way to the errors inside the member that took it."""
+    placed = [(_path(error.get("loc", ()), data), error) for error in errors]
+    inside = [(path, error) for (path, whole), error in placed if not whole] or [(path, e) for (path, _), e in placed]
+    if not inside:
+        return None
+    path, error = inside[0]
+    kind = error.get("type", "")
+    problem = (f"expected an object, found {_found(error.get('input'))}" if kind in ("dict_type", "model_type", "model_attributes_type")
+               else str(error.get("msg", "not valid")).removeprefix("Value error, ")
+               + ("" if kind == "missing" else f", found {_found(error.get('input'))}"))
+    return _field(config_file, ".".join([FIELD, *path]).replace(".[", "["),
+                  f"{problem}; write it as compressed-tensors {_version('compressed-tensors')} reads it, or {RESAVE}")
+
+
+def _path(location: Sequence[Any], data: Any) -> tuple[list[str], bool]:
+    """(the fields of ``location`` that are keys or indices of ``data``, whether its last step was not one: a union's
+    member, refused whole)."""
+    node, path, member = data, [], False
+    for index, step in enumerate(location):
+        if isinstance(node, Mapping) and step in node:
+            node, member = node[step], False
+            path.append(str(step))
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node, member = node[step], False
+            path.append(f"[{step}]")
+        elif index == len(location) - 1 and isinstance(step, str) and "[" not in step and not step[:1].isupper():
+            path.append(step)  # a field that is missing
+        else:
+            member = True
+    return path, member
+
+
+def _version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
+# --------------------------------------------------------------- what the weights files hold, from their headers
+
+# safetensors dtypes of plain weights (and of the int64 / bool buffers some models save): any other is quantized storage
+PLAIN_STORED = ("F16", "BF16", "F32", "F64", "I64", "BOOL")
+NUMBERED = re.compile(r"\.\d+(?=\.|$)")  # a layer's or an expert's index in a tensor's name
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    dtype: str  # as safetensors names it: F32, I8, F8_E4M3, …
+    shape: tuple[int, ...]
+    file: Path
+
+
+def stored_tensors(where: str) -> dict[str, StoredTensor] | None:
+    """Every tensor the safetensors weights files of the model at ``where`` (a folder, or a hub id in the local cache) hold, by
+    name, read from their headers; None where there are none (a GGUF file, torch pickles) or one cannot be read."""
+    index = beside_weights(where, "model.safetensors.index.json")
+    try:
+        names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())) if index else ["model.safetensors"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    found: dict[str, StoredTensor] = {}
+    for name in names:
+        file = beside_weights(where, name)
+        header = _header(file) if file else None
+        if header is None:
+            return None
+        found.update({key: StoredTensor(str(entry.get("dtype")), tuple(entry.get("shape") or ()), file)
+                      for key, entry in header.items() if key != "__metadata__" and isinstance(entry, dict)})
+    return found
+
+
+def _header(file: Path) -> dict[str, Any] | None:
+    """A safetensors file's header: 8 bytes of length, then JSON."""
+    try:
+        with open(file, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(length)) if 0 < length < 1 << 30 else None
+    except (OSError, ValueError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def holds_quantized_storage(stored: Mapping[str, StoredTensor]) -> bool:
+    """Whether any stored tensor is held in other than a plain float (integers, float8, packed words)."""
+    return any(t.dtype not in PLAIN_STORED for t in stored.values())
+
+
+def files_of(stored: Mapping[str, StoredTensor]) -> str:
+    return ", ".join(sorted({str(t.file) for t in stored.values()}))
+
+
+def absent_tensors(modules: Iterable[str], stored: Mapping[str, StoredTensor]) -> dict[str, list[str]]:
+    """The tensors each module of ``modules`` lacks in the weights files though every other module of its name in another
+    layer (``model.layers.N.mlp.down_proj``) holds them, by the file that holds the module's layer; a module that holds a
+    tensor none of the others holds (a layer left in float beside quantized ones) lacks none."""
+    held: dict[str, set[str]] = {}
+    for name in stored:
+        owner, _, leaf = name.rpartition(".")
+        held.setdefault(owner, set()).add(leaf)
+    lacking: dict[str, list[str]] = {}
+    for module in modules:
+        pattern = NUMBERED.sub(".#", module)
+        others = [leaves for owner, leaves in held.items() if owner != module and NUMBERED.sub(".#", owner) == pattern]
+        own = held.get(module, set())
+        expected = set.intersection(*others) if others else set()
+        if expected and own <= expected and expected - own:
+            file = str(_nearest(module, stored).file)
+            lacking.setdefault(file, []).extend(f"{module}.{leaf}" for leaf in sorted(expected - own))
+    return lacking
+
+
+def incomplete_modules(stored: Mapping[str, StoredTensor]) -> dict[str, list[str]]:
+    """``absent_tensors`` of every module the files hold some tensors of."""
+    return absent_tensors(sorted({name.rpartition(".")[0] for name in stored}), stored)
+
+
+def _nearest(name: str, stored: Mapping[str, StoredTensor]) -> StoredTensor:
+    """The stored tensor whose name shares the longest run of leading parts with ``name`` (its module's, its layer's)."""
+    parts = name.split(".")
+
+    def shared(other: str) -> int:
+        count = 0
+        for mine, theirs in zip(parts, other.split(".")):
+            if mine != theirs:
+                break
+            count += 1
+        return count
+
+    return stored[max(sorted(stored), key=shared)]
+
+
+# --------------------------------------------------------------- what the library did to the loaded modules
+
+# torch dtypes of plain weights and buffers; a parameter or buffer of any other was put there by a quantization library
+PLAIN_DTYPES = ("float16", "bfloat16", "float32", "float64", "int64", "bool")
+
+
+def quantized_modules(model: Any) -> list[str]:
+    """The modules a quantization library took as the model loaded: they carry its scheme (compressed-tensors,
+    de-quantized or not), or hold a tensor of its own class (torchao's) or of a dtype no float model holds
+    (bitsandbytes' packed bytes, int8, float8, GPTQ's packed words)."""
+    return [name for name, module in model.named_modules() if _holds_quantized(module)]
+
+
+def _holds_quantized(module: Any) -> bool:
+    if getattr(module, "quantization_scheme", None) is not None:
+        return True
+    own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    return any(hasattr(t, "__tensor_flatten__") or str(t.dtype).removeprefix("torch.") not in PLAIN_DTYPES for t in own)
+
+
+def claims_quantization(quantization: Mapping[str, Any]) -> bool:
+    """Whether a config says the weights are quantized: a compressed-tensors config of sparsity alone does not, nor does
+    a GGUF file's (de-quantized to the loading dtype, said so)."""
+    name = method(quantization)
+    if name in (None, "gguf"):
+        return False
+    return name != "compressed-tensors" or bool(quantization.get("config_groups") or quantization.get("kv_cache_scheme"))
+
+
+@dataclass(frozen=True)
+class EditedField:
+    """A field of a compressed-tensors scheme whose value the stored tensors do not fit, and the value they do."""
+    field: str
+    said: Any
+    held: Any
+    holds: str  # what the weights file holds, in words
+    key: str
+    stored: tuple[int, ...]
+    expected: tuple[int, ...]
+
+
+def edited_field(model: Any, quantization: Mapping[str, Any], mismatched: Iterable[tuple[str, Any, Any]]) -> EditedField | None:
+    """For a compressed-tensors checkpoint whose stored tensors' shapes the loaded model does not expect
+    (``mismatched``: transformers' (name, stored shape, expected shape)), the scheme field whose value would make the
+    stored ones: ``num_bits`` from a packed weight's width (compressed-tensors' own packing asked, for each width),
+    ``group_size`` from a scale's; None when neither explains it."""
+    if method(quantization) != "compressed-tensors":
+        return None
+    for key, stored, expected in sorted(mismatched, key=lambda m: m[0]):
+        owner, _, leaf = key.rpartition(".")
+        try:
+            module = model.get_submodule(owner)
+        except AttributeError:
+            continue
+        weights = getattr(getattr(module, "quantization_scheme", None), "weights", None)
+        columns = getattr(module, "in_features", None)
+        if weights is None or not isinstance(columns, int) or not stored:
+            continue
+        field = f"{FIELD}.config_groups.{_group_of(model, module.quantization_scheme, quantization)}.weights"
+        found = None
+        if leaf == "weight_packed":
+            bits = [b for b in range(1, 9) if _packed_columns(columns, b) == stored[-1]]
+            if len(bits) == 1 and bits[0] != weights.num_bits:
+                found = ("num_bits", weights.num_bits, bits[0], f"holds its layers packed in {bits[0]} bits")
+        elif leaf == "weight_scale" and weights.group_size and columns % stored[-1] == 0 and columns // stored[-1] != weights.group_size:
+            size = columns // stored[-1]
+            found = ("group_size", weights.group_size, size, f"holds its layers' scales in groups of {size}")
+        if found:
+            name, said, held, holds = found
+            return EditedField(f"{field}.{name}", said, held, holds, key, tuple(stored), tuple(expected))
+    return None
+
+
+def _packed_columns(columns: int, bits: int) -> int:
+    """The int32 words compressed-tensors packs a row of ``columns`` values of ``bits`` bits into; 0 if it cannot say."""
+    import torch
+
+    try:
+        from compressed_tensors.compressors import pack_to_int32
+
+        return int(pack_to_int32(torch.zeros(1, columns, dtype=torch.int8), bits).shape[-1])
+    except Exception:  # noqa: BLE001 - an older or newer packer: no width inferred
+        return 0
+
+
+def _group_of(model: Any, scheme: Any, quantization: Mapping[str, Any]) -> str:
+    """The name of the config group whose scheme a module carries."""
+    named = [name for name, group in _parsed_groups(model).items() if group == scheme]
+    groups = list(quantization.get("config_groups") or {})
+    return named[0] if named else groups[0] if len(groups) == 1 else "<group>"
+
+
+def _parsed_groups(model: Any) -> dict[str, Any]:
+    """The scheme groups of a compressed-tensors config as compressed-tensors parsed it when the model loaded."""
+    config = getattr(getattr(getattr(model, "hf_quantizer", None), "compressor", None), "quantization_config", None)
+    return dict(getattr(config, "config_groups", None) or {})
+
+
+def applied(model: Any, quantization: Mapping[str, Any]) -> dict[str, Any]:
+    """``quantization`` with only the compressed-tensors scheme groups that some loaded module carries (a group whose
+    targets match no module quantizes nothing); as it is for another library, or where the parsed groups are unknown."""
+    parsed = _parsed_groups(model)
+    if method(quantization) != "compressed-tensors" or not parsed or not isinstance(quantization.get("config_groups"), Mapping):
+        return dict(quantization)
+    carried = list({id(s): s for m in model.modules() if (s := getattr(m, "quantization_scheme", None)) is not None}.values())
+    kept = {name: group for name, group in quantization["config_groups"].items()
+            if name not in parsed or any(parsed[name] == scheme for scheme in carried)}
+    return {**quantization, "config_groups": kept}
