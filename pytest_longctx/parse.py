@@ -18,21 +18,6 @@ class NotANumber(ValueError):
     """The value is not a number at all (rather than one out of range)."""
 
 
-def refuse_blank(values: dict[str, Any]) -> None:
-    """Refuse, in one line naming them, the options of ``values`` (``{flag: value}``) given a value
-    that is empty or only spaces, as an unset ``$MODEL`` in a CI job gives ``--model=``. Such a
-    value never means "not given": a gate that read it so would pass a model it never judged.
-    Each value of a repeatable option (a list) is looked at."""
-    def blank(value: Any) -> bool:
-        return isinstance(value, str) and not value.strip()
-
-    flags = [flag for flag, value in values.items()
-             if blank(value) or (isinstance(value, (list, tuple)) and any(map(blank, value)))]
-    if flags:
-        raise LongctxError(f"{', '.join(flags)}: the value is empty (as \"$VAR\" gives when VAR is unset, e.g. in a "
-                           "CI job); give a value, or leave the option out")
-
-
 def comma_list(text: str) -> list[str]:
     """The items of a comma-separated list, stripped; empty items left out. A list of
     nothing (``""``, ``","``) is a ``ValueError``: it would silently mean "all"."""
@@ -42,12 +27,17 @@ def comma_list(text: str) -> list[str]:
     return found
 
 
-def at_least_one(value: Any) -> int:
-    """A whole number >= 1 (a count or a limit)."""
+def whole_number(value: Any) -> int:
+    """A whole number, of any sign."""
     try:
-        number = int(value)
+        return int(str(value).strip())
     except ValueError:
         raise NotANumber("expected a whole number") from None
+
+
+def at_least_one(value: Any) -> int:
+    """A whole number >= 1 (a count or a limit)."""
+    number = whole_number(value)
     if number < 1:
         raise ValueError("must be at least 1")
     return number

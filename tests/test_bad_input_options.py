@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pytest_longctx.cli import main
+from pytest_longctx.errors import LongctxError
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_a_threshold_pattern_from_the_ini_file_that_names_no_check_is_a_warning(
 @pytest.mark.parametrize("args, expected", [
     (["--longctx-knob=ratio=0.5"], "--longctx-knob: knobs set a context compressor's parameters"),
     (["--longctx-compressor=last_tokens", "--longctx-knob=tokens=abc"],
-     "--longctx-knob 'tokens=abc': 'abc' is not a Python literal"),
+     "--longctx-knob tokens=abc: 'abc' is not a Python literal"),
     (["--longctx-compressor=last_tokens", "--longctx-knob=tokens=-5"],
      "compressor last_tokens: knob tokens=-5 is out of range: it must be at least 0"),
     (["--longctx-compressor=message_relevance", "--longctx-knob=ratio='half'"],
@@ -120,12 +121,9 @@ def test_bad_compressor_options_are_one_usage_error(args, expected, tmp_path):
 
 
 def test_an_empty_list_option_is_an_error_not_all(data_dir, capsys):
-    with pytest.raises(SystemExit) as exited:
-        main(["score", "--model", "x", "--data", str(data_dir), "--lengths", ","])
-    assert exited.value.code == 2
-    assert "--lengths: expected a comma-separated list, e.g. 2k,8k" in capsys.readouterr().err
-    assert main(["build", "--out", "unused", "--lengths", ","]) == 2
-    assert capsys.readouterr().err.strip() == "longctx: error: --lengths ,: expected a comma-separated list, e.g. 2k,8k"
+    for argv in (["score", "--model", "x", "--data", str(data_dir), "--lengths", ","], ["build", "--out", "unused", "--lengths", ","]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == "longctx: error: --lengths: expected a comma-separated list, e.g. 2k,8k (given ',')"
 
 
 EMPTY = "the value is empty (as \"$VAR\" gives when VAR is unset, e.g. in a CI job); give a value, or leave the option out"
@@ -151,7 +149,7 @@ def test_an_empty_model_or_baseline_option_is_a_usage_error_not_a_vanished_gate(
 
 @pytest.mark.parametrize("argv, named", [
     (["score", "--model", ""], "--model"),
-    (["score", "--model", "m", "--save_scores", " "], "--save_scores"),
+    (["score", "--model", "m", "--save_scores", " "], "--save_scores/--save-scores"),
     (["compare", "", "results.json"], "BASELINE"),
     (["blame", "--reference", "r", "--model", "", "--baseline", "b"], "--model"),
     (["score", "--model", "m", "--backend-option", "dtype=x", "--backend-option", ""], "--backend-option"),
@@ -159,3 +157,66 @@ def test_an_empty_model_or_baseline_option_is_a_usage_error_not_a_vanished_gate(
 def test_an_empty_value_of_a_command_option_is_one_line(argv, named, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == f"longctx: error: {named}: {EMPTY}"
+
+
+# ------------------------------------------------------------------ one schema (issue: one schema, one identity)
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("--longctx-backend-option=kv-cache=", "--longctx-backend-option kv-cache=: " + EMPTY),
+    ("--longctx-backend-option=kv-cach=fp8", "the transformers backend has no option 'kv-cach' (did you mean kv-cache?)"),
+    ("--longctx-backend-option=device-map=everywhere", "--longctx-backend-option device-map=everywhere: expected one of"),
+])
+def test_a_blank_unknown_or_wrong_backend_setting_is_a_usage_error_before_anything_loads(setting, named, tmp_path):
+    """kv-cache= (an unset $VAR) gated the plain model and passed with drift 0.000: the blank value read as
+    "not given". Refused now, like an unknown key or a value of another kind, before any model or data."""
+    done = pytest_run(tmp_path, "--longctx-only", "--longctx-model=no-such-model-is-loaded", setting)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ERROR: --longctx-backend-option ") and named in lines[0], lines
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["score", "--model", "m", "--backend", "vllm-server", "--backend-option", "api-key-env="],
+     "--backend-option api-key-env=: " + EMPTY),
+    (["score", "--model", "m", "--backend", "llama.cpp", "--backend-option", "threads=four"],
+     "--backend-option threads=four: expected a whole number"),
+    (["blame", "--reference", "r", "--model", "m", "--backend", "llama.cpp", "--reference-option", "cache-type-k="],
+     "--reference-option cache-type-k=: " + EMPTY),
+    (["score", "--model", "m", "--backend", "vllm", "--backend-option", "prompt-rows=maybe"],
+     "--backend-option prompt-rows=maybe: expected true or false"),
+])
+def test_a_blank_or_wrong_backend_setting_of_a_command_is_one_line_before_any_work(argv, line, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"longctx: error: {line}"
+
+
+def test_a_threshold_metric_the_matched_checks_do_not_have_is_an_error(folders, baseline, data_dir, tmp_path):
+    """facts-2k:retained=2 was accepted and judged nothing: a facts row has drop and kl, not retained."""
+    done = pytest_run(tmp_path, "--longctx-only", f"--longctx-model={folders['reference']}", f"--longctx-data={data_dir}",
+                      "--longctx-lengths=2k", "--longctx-sets=facts", f"--longctx-baseline={baseline}",
+                      "--longctx-threshold=facts-2k:retained=2")
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if "facts-2k:retained" in x)
+    assert "have no metric 'retained'; they take drop, kl" in line
+
+
+def test_a_threshold_metric_no_matched_check_has_is_refused_by_compare_and_blame_too():
+    from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
+    from pytest_longctx.gate.verdicts import check_keys
+
+    checks = check_keys({"facts": {"2k": ["a"]}, "rules_en": {"2k": ["r"]}})
+    for text, takes in (("facts-2k:retained=2", "drop, kl"), ("facts-2k-a:kl=1", "item_drop"),
+                        ("rules_en-2k-user-*:drop=0.1", "follow, retained")):
+        with pytest.raises(LongctxError, match=f"have no metric .*; they take {takes}$"):
+            Thresholds(overrides=parse_overrides([text], "--threshold")).check_patterns(checks)
+    for text in ("facts-*:kl=0.1", "rules_en-2k-user-*:follow=0.5", "rules_en-follow-2k:kl=0.2", "facts-2k-a:item_drop=2"):
+        assert Thresholds(overrides=parse_overrides([text], "--threshold")).check_patterns(checks) == []
+
+
+def test_blame_help_renders(capsys):
+    """``longctx blame --help`` crashed (TypeError: %o format) on a bare % from a help string."""
+    with pytest.raises(SystemExit) as done:
+        main(["blame", "--help"])
+    assert done.value.code == 0
+    assert "5% or more" in capsys.readouterr().out

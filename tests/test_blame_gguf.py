@@ -451,7 +451,7 @@ def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
     (tmp_path / "prose.json").write_text(json.dumps({"fix_set": {"recipe": ["and run it with the original's cache"]}}))
     assert refused("--fixed-by", str(tmp_path / "prose.json")).startswith(
         f"--fixed-by {tmp_path / 'prose.json'}, fix_set.recipe: not a shell command (No closing quotation)")
-    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--threads", "0") == "--threads 0: give at least 1"
+    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--threads", "0") == "--threads: must be at least 1 (given '0')"
     assert refused("--fixed-by", str(tmp_path / "missing.json")).startswith(f"--fixed-by {tmp_path / 'missing.json'}: no such file")
 
 

@@ -93,7 +93,7 @@ def test_blame_and_compare_take_the_thresholds_the_gate_writes_for_them():
                                 "--longctx-threshold on the command line")
     run = Thresholds(drop=0.1, kl=0.123456789, alpha=0.05, min_effect=0.5, overrides=overrides)
     keys = check_keys({"tool_calls": {"2k": ["a1", "a2"]}})
-    assert keys == ["tool_calls-2k-a1", "tool_calls-2k-a2", "tool_calls-2k"]
+    assert keys == {"tool_calls-2k-a1": {"item_drop"}, "tool_calls-2k-a2": {"item_drop"}, "tool_calls-2k": {"drop", "kl"}}
     written = threshold_arguments(run, keys)
     # the defaults are left out, and the rules pattern, which names no check of the selection
     assert written == ["--max-drop", "0.1", "--max-kl", "0.123456789", "--threshold", "tool_calls-2k:kl=0.03",

@@ -64,7 +64,7 @@ def test_the_loading_options_read_as_accelerate_takes_them(tmp_path):
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"device-map": "everywhere"}, "--backend-option device-map=everywhere: expected auto, balanced, balanced_low_0 or sequential"),
+    ({"device-map": "everywhere"}, "--backend-option device-map=everywhere: expected one of auto, balanced, balanced_low_0, sequential"),
     ({"max-memory": "0:10GiB"}, "--backend-option max-memory=0:10GiB: needs device-map=…"),
     ({"device-map": "auto", "max-memory": "gpu0=10GiB"}, "--backend-option max-memory=gpu0=10GiB: expected DEVICE:SIZE"),
     ({"device-map": "auto", "max-memory": "0:lots"}, "--backend-option max-memory=0:lots: expected DEVICE:SIZE"),

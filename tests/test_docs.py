@@ -218,6 +218,16 @@ def test_every_plugin_option_named_exists(page: Path, known: set[str]) -> None:
     assert unknown_plugin_options(page.read_text(), known) == []
 
 
+def test_the_option_tables_of_options_md_are_the_declared_options() -> None:
+    """docs/options.md's tables are made from options/table.py and options/backend_keys.py: each one the
+    declarations make is there, as they make it (python -m pytest_longctx.options.docs docs/options.md)."""
+    from pytest_longctx.options import docs
+
+    text = OPTIONS_MD.read_text()
+    assert docs.missing(text) == []
+    assert docs.render(text) == text
+
+
 def test_every_plugin_option_is_in_options_md(known: set[str]) -> None:
     assert sorted(known - set(PLUGIN_OPTION.findall(OPTIONS_MD.read_text()))) == []
 

@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_longctx"
 # lowest first; a module may import from its own layer or any layer listed before it
-LAYERS = ["", "data", "backends", "metrics", "scoring", "gate", "reports", "compress", "plugin", "cli"]
+LAYERS = ["", "data", "options", "backends", "metrics", "scoring", "gate", "reports", "compress", "plugin", "cli"]
 TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers"}  # the package's own foundation, layer ""
 # the only libraries a function may import: optional, heavy, or both
 LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface_hub", "tokenizers",

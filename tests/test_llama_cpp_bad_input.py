@@ -33,7 +33,8 @@ def fake_gguf(tmp_path):
 
 
 @pytest.mark.parametrize("options, expected", [
-    (["cache-typ-k=q8_0"], "--backend-option cache-typ-k=q8_0: the llama.cpp backend has no option 'cache-typ-k'; it takes "
+    (["cache-typ-k=q8_0"], "--backend-option cache-typ-k=q8_0: the llama.cpp backend has no option 'cache-typ-k' (did you mean "
+                           "cache-type-k?); it takes "
                            "cache-type-k, cache-type-v, flash-attn, threads, batch-size, ubatch-size, gpu-layers"),
     (["cache-type-k=q3"], "--backend-option cache-type-k=q3: expected one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"),
     (["threads=0"], "--backend-option threads=0: must be at least 1"),

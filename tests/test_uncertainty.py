@@ -179,11 +179,11 @@ def test_alpha_passes_a_small_non_significant_drop_and_keeps_a_large_one_failing
 
 
 def test_alpha_is_a_plugin_and_compare_option():
-    from pytest_longctx.gate.options import OPTIONS
     from pytest_longctx.metrics.rules import COUNT_NATS
+    from pytest_longctx.options.table import plugin_option
     from pytest_longctx.parse import significance_level
 
-    names = {o.name: o for o in OPTIONS}
+    names = {name: plugin_option(name) for name in ("alpha", "min-effect")}
     assert names["alpha"].default is None and names["min-effect"].default == COUNT_NATS == Thresholds().min_effect
     assert significance_level("0.05") == 0.05
     for bad in ("0", "0.5", "x"):

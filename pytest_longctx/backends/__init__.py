@@ -5,46 +5,21 @@ an object with ``read(ids, positions, tokens, top_k=0)`` (see ``base.Backend``).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError, first_line, without_credentials
+from pytest_longctx.options.keys import split_settings
 
 BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory",
            "vllm": "pytest_longctx.backends.vllm:factory", "vllm-server": "pytest_longctx.backends.vllm:server_factory"}
 
 
 def backend_options(pairs: Sequence[str]) -> dict[str, str]:
-    """``--backend-option KEY=VALUE`` (repeatable) as a dict; each key once. The backend's
-    factory checks the keys and values it takes."""
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, equals, value = pair.partition("=")
-        key = key.strip()
-        if not equals or not key:
-            raise LongctxError(without_credentials(f"--backend-option {pair!r}: expected KEY=VALUE, e.g. cache-type-k=q8_0"))
-        if key in options:
-            raise LongctxError(without_credentials(f"--backend-option {key}: given twice ({key}={options[key]} and {pair})"))
-        options[key] = value.strip()
-    return options
-
-
-def option_values(options: Mapping[str, str], table: Mapping[str, tuple[str, Callable[[str], Any]]], backend: str) -> dict[str, Any]:
-    """A backend's ``--backend-option`` values by field: ``table`` maps each KEY it takes to
-    (its field, the parser of its value); an unknown key, or a value the parser refuses
-    (``ValueError``, whose message says what it expected), is one line."""
-    values: dict[str, Any] = {}
-    for key, raw in options.items():
-        if key not in table:
-            raise LongctxError(without_credentials(f"--backend-option {key}={raw}: the {backend} backend has no option "
-                                                   f"{key!r}; it takes {', '.join(table)}"))
-        field, parse = table[key]
-        try:
-            values[field] = parse(raw)
-        except ValueError as exc:
-            raise LongctxError(without_credentials(f"--backend-option {key}={raw}: {exc}")) from None
-    return values
+    """``--backend-option KEY=VALUE`` (repeatable) as a dict; each key once, neither blank. The
+    backend's factory checks the keys and values it takes (options/backend_keys.py)."""
+    return split_settings("--backend-option", pairs, "cache-type-k=q8_0")
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",

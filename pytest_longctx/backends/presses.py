@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from pytest_longctx.errors import LongctxError, first_line
+from pytest_longctx.options.keys import split_settings
 from pytest_longctx.parse import scalar
 
 OPTION = "--kv-press (--longctx-kv-press)"
@@ -78,13 +79,11 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
         else:
             name, arguments = head, rest
     values: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in arguments.split(","))):
-        key, equals, value = part.partition("=")
-        key = key.strip()
-        if not equals or not key.isidentifier():
-            raise LongctxError(f"{OPTION} {spec}: {part!r} is not key=value (e.g. snapkv:compression_ratio=0.5,window_size=64)")
-        if key in values:
-            raise LongctxError(f"{OPTION} {spec}: {key} given twice")
+    given = split_settings(f"{OPTION} {spec}:", filter(None, (p.strip() for p in arguments.split(","))),
+                           "snapkv:compression_ratio=0.5,window_size=64")
+    for key, value in given.items():
+        if not key.isidentifier():
+            raise LongctxError(f"{OPTION} {spec}: {key!r} is not an argument's name (e.g. snapkv:compression_ratio=0.5,window_size=64)")
         values[key] = parse_value(value)
     if not name:
         raise LongctxError(f"{OPTION} {spec!r}: expected NAME[:key=value,...], e.g. snapkv:compression_ratio=0.5")

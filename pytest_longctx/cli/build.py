@@ -5,22 +5,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_longctx.data.builtin.build import DEFAULT_SEED, build
-from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS
+from pytest_longctx.data.builtin.build import build
 from pytest_longctx.data.lengths import check_buildable
 from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS
 from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.parse import check_limit, comma_list, option_value
+from pytest_longctx.options.fronts import add_command_arguments
+from pytest_longctx.options.table import BUILD, VALIDATE
 from pytest_longctx.paths import check_writable
 
 
 def _build(args: argparse.Namespace) -> int:
-    lengths = option_value("--lengths", args.lengths, comma_list)
+    lengths = args.lengths
     for length in lengths:
         check_buildable(length)
-    sets = option_value("--sets", args.sets, comma_list) if args.sets is not None else list(ALL_CONFIGS)
-    check_limit(args.limit)
+    sets = args.sets or list(ALL_CONFIGS)
     out = Path(args.out)
     check_writable(out, "--out", folder=True)
     if out.is_dir() and any(out.iterdir()) and not args.force:
@@ -46,21 +45,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     builder = subparsers.add_parser("build", help="build the benchmark (all six configs) from the shipped real texts")
-    builder.add_argument("--out", required=True, help="folder to write <config>/<length>-00000-of-00001.parquet and README.md into")
-    builder.add_argument(
-        "--lengths", default=",".join(DEFAULT_LENGTHS), help="comma-separated lengths in Qwen3.5 tokens (default: %(default)s)"
-    )
-    builder.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the same seed gives the same bytes (default: %(default)s)")
-    builder.add_argument("--sets", default=None, help=f"comma-separated configs (default: all of {', '.join(ALL_CONFIGS)})")
-    builder.add_argument(
-        "--limit",
-        type=int,
-        default=None,
-        help="at most this many items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by default)",
-    )
-    builder.add_argument("--force", action="store_true",
-                         help="build into a folder that is not empty, replacing its README.md and the parquet files built")
+    add_command_arguments(builder, BUILD)
     builder.set_defaults(run=_build)
     validate = subparsers.add_parser("validate", help="check a benchmark folder against the schema and for internal consistency")
-    validate.add_argument("dir", help="the benchmark folder (builtin or published)")
+    add_command_arguments(validate, VALIDATE)
     validate.set_defaults(run=_validate)

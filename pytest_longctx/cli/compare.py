@@ -7,32 +7,25 @@ import argparse
 import json
 import sys
 
-from pytest_longctx.cli.args import add_threshold_arguments, thresholds_of
+from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.results import read_results
 from pytest_longctx.gate.verdicts import check_keys
+from pytest_longctx.options.fronts import add_command_arguments
+from pytest_longctx.options.table import COMPARE
 from pytest_longctx.paths import check_outputs, write_text_atomically
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report
 from pytest_longctx.reports.tables import text_report
 from pytest_longctx.scoring.scores_file import load_scores
 
-FORMATS = ("text", "markdown", "json", "html")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare results with a baseline: rows, cells, verdicts, what was lost",
                        description="Compare a model's results with its baseline, as the gate judges them, and show "
                                    "the items and targets that lost the most, with the text around each target.")
-    p.add_argument("baseline", metavar="BASELINE", help="the baseline or reference scores file (.json.gz)")
-    p.add_argument("results", metavar="RESULTS",
-                   help="the model's results JSON (longctx score --out, pytest --longctx-out) or scores file (--save_scores)")
-    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), markdown, json or html")
-    p.add_argument("--out", metavar="PATH", help="write the report here instead of to stdout")
-    p.add_argument("--data", metavar="DIR", help="the data both were scored on (default: the one named in their meta)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="items and targets shown (default 10; 0: all)")
-    add_threshold_arguments(p)
+    add_command_arguments(p, COMPARE)
     p.set_defaults(run=run)
 
 

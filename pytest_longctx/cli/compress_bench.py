@@ -8,11 +8,11 @@ from pathlib import Path
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
-from pytest_longctx.cli.args import add_reader_arguments, names
 from pytest_longctx.compress.bench import Bench
-from pytest_longctx.compress.sweep import DEFAULT_METHODS, full_context_line, matched_table, pareto_table
-from pytest_longctx.data.records import SUITES
+from pytest_longctx.compress.sweep import full_context_line, matched_table, pareto_table
 from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.options.fronts import add_command_arguments
+from pytest_longctx.options.table import BENCH
 from pytest_longctx.paths import check_writable
 from pytest_longctx.reports.format import write_json
 
@@ -23,19 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "knob; print retention (Layer A), realized savings and, with --model, the change in "
                                    "the answer's teacher-forced recall and log-probability (Layer B) per point, the "
                                    "Pareto front, and each method's retention at matched savings.")
-    p.add_argument("--methods", type=names, help="comma-separated built-ins, adapters (ctxgate, tooltrim, llmlingua) or "
-                   f"module:function (default: {', '.join(DEFAULT_METHODS)}; selective_context only with --model)")
-    p.add_argument("--sweep", action="append", default=[], metavar="METHOD:KNOB=V1,V2,...",
-                   help="the knob values to run a method with (replaces its default sweep; several for one method "
-                        "run every combination); repeatable")
-    p.add_argument("--data", default="builtin", help="'builtin' (default), a benchmark folder, the faithfulness "
-                   "dataset's folder or file, or a hub id")
-    p.add_argument("--limit", type=int, help="the first N sessions (the builtin order covers every probe type x depth "
-                   "x placement evenly)")
-    p.add_argument("--suites", type=names, help=f"only the sessions of these suites ({', '.join(SUITES)}), after --limit")
-    p.add_argument("--model", help="the reader for Layer B and the tokenizer for savings (else Qwen3.5, Layer A only)")
-    p.add_argument("--out", metavar="PATH", help="write every point's metrics (with breakdowns) as JSON")
-    add_reader_arguments(p)
+    add_command_arguments(p, BENCH)
     p.set_defaults(run=run)
 
 

@@ -11,6 +11,8 @@ from pytest_longctx.backends.llama_cpp.quantize import quantize
 from pytest_longctx.backends.llama_cpp.recipe import QuantizeCommand, parse_command
 from pytest_longctx.backends.llama_cpp.settings import default_threads
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.fronts import add_command_arguments
+from pytest_longctx.options.table import QUANTIZE
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.scores_file import read_json_file
 
@@ -22,12 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run the llama-quantize command of a llama.cpp blame's fix set (its --out file's "
                                    "fix_set.recipe) through llama-cpp-python's quantizer: the candidate's file type with "
                                    "the fix set's parts at the original's types.")
-    p.add_argument("--fixed-by", required=True, metavar="BLAME_JSON", help="the results JSON of longctx blame --backend llama.cpp")
-    p.add_argument("--out", default="fixed.gguf", metavar="FILE", help="the GGUF file to write (default: fixed.gguf, as the "
-                   "command names it)")
-    p.add_argument("--original", metavar="FILE", help="the original GGUF file (default: the file the command names, as blame "
-                   "was given it)")
-    p.add_argument("--threads", type=int, metavar="N", help="the quantizer's threads (default: every core this process may run on)")
+    add_command_arguments(p, QUANTIZE)
     p.set_defaults(run=run)
 
 
@@ -48,8 +45,6 @@ def fix_set_command(blame_json: str) -> QuantizeCommand:
 def fixed_by(blame_json: str, out: str, threads: int | None = None, original: str | None = None) -> Path:
     """The fix set of the blame results ``blame_json`` written to ``out``, from ``original`` (default:
     the file its command names)."""
-    if threads is not None and threads < 1:
-        raise LongctxError(f"--threads {threads}: give at least 1")
     command = fix_set_command(blame_json)
     source = Path(original or command.original)
     if not source.is_file():

@@ -7,39 +7,23 @@ from typing import Callable
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
-from pytest_longctx.cli.args import add_context_argument, add_reader_arguments, names, nonnegative
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.metrics.rules import COUNT_NATS
+from pytest_longctx.options.fronts import add_command_arguments
+from pytest_longctx.options.table import SCORE
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.text import rows_table
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import require_finite, score_sets
-from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable, dropped_items, load_scores
+from pytest_longctx.scoring.scores_file import UNJUDGEABLE, UnknownLoss, check_judgeable, dropped_items, load_scores
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score a model teacher-forced on the benchmark",
                        description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
-    p.add_argument("--model", required=True, help="hub id, local folder, or .gguf file")
-    p.add_argument("--data", default="builtin", help="'builtin' (default), a local folder in the HF layout, or a hub id")
-    p.add_argument("--sets", type=names, help="configs to score, comma-separated (default: all present)")
-    p.add_argument("--lengths", type=names, help="splits to score, e.g. 2k,8k (default: all present)")
-    p.add_argument("--limit", type=int, help="the first N items of each config and length")
-    p.add_argument("--mode", default="auto", choices=("auto", "ids", "text"), help="tokenization (docs/metrics.md#tokenization-modes)")
-    p.add_argument("--save_scores", "--save-scores", dest="save_scores", metavar="PATH", help="write reference scores (.json.gz)")
-    p.add_argument("--narrow-baseline", action="store_true",
-                   help="with --save_scores: let the file written hold fewer items, lengths or configs than the one it "
-                   "replaces (refused by default)")
-    p.add_argument("--reference_scores", "--reference-scores", dest="reference_scores", metavar="PATH",
-                   help="the reference model's saved scores: the rules effects are measured against it")
-    p.add_argument("--out", metavar="PATH", help="write the results JSON")
-    add_context_argument(p)
-    p.add_argument("--min-effect", type=nonnegative, default=COUNT_NATS, metavar="NATS",
-                   help=f"rules: the reference's rule effect a target needs to be counted (default {COUNT_NATS:g} nats)")
-    add_reader_arguments(p)
+    add_command_arguments(p, SCORE)
     p.set_defaults(run=run)
 
 
@@ -84,7 +68,10 @@ def _narrowing(args: argparse.Namespace, kept: Callable[[ItemKey], bool]) -> str
             raise LongctxError("--narrow-baseline: it lets --save_scores drop items of the file it replaces; give it "
                                "with --save_scores, or leave it out")
         return None
-    dropped = dropped_items(args.save_scores, kept)
+    try:
+        dropped = dropped_items(args.save_scores, kept)
+    except UnknownLoss as exc:
+        raise LongctxError(f"--save_scores {args.save_scores}: NOT written: {exc.reason}") from None
     if dropped and not args.narrow_baseline:
         raise LongctxError(f"--save_scores {args.save_scores}: NOT written: this run would drop {dropped}; give "
                            "--narrow-baseline to narrow it on purpose, or score the selection it was made with (the same "

@@ -27,6 +27,7 @@ from pytest_longctx.compress.conventions import PROBE_LAST_MESSAGE, Conventions,
 from pytest_longctx.compress.methods import BUILTIN, KNOB_RANGES
 from pytest_longctx.data.records import FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.keys import split_settings
 
 SERVICES = ("tokenizer", "encoding", "scorer")
 
@@ -46,15 +47,16 @@ def parse_value(text: str) -> Any:
 
 
 def parse_knobs(pairs: Iterable[str], where: str) -> dict[str, Any]:
+    """``NAME=VALUE`` knobs, split as every option's settings are (a blank value or a knob given twice
+    is one line), each value a Python literal."""
     knobs = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip().isidentifier():
-            raise LongctxError(f"{where} {pair!r}: expected NAME=VALUE, e.g. ratio=0.5")
+    for name, value in split_settings(where, pairs, "ratio=0.5").items():
+        if not name.isidentifier():
+            raise LongctxError(f"{where} {name}={value}: {name!r} is not a knob's name; expected NAME=VALUE, e.g. ratio=0.5")
         try:
-            knobs[name.strip()] = parse_value(value.strip())
+            knobs[name] = parse_value(value)
         except ValueError as exc:
-            raise LongctxError(f"{where} {pair!r}: {exc}") from None
+            raise LongctxError(f"{where} {name}={value}: {exc}") from None
     return knobs
 
 

@@ -86,8 +86,9 @@ class CompressorRun:
         self.failure: str | None = None
         self.reader: Reader | None = None
         self.cache: Any = None
-        keys = [item_key(*key) for key in self.items] + [spec.key for spec in self.row_specs()]
-        self.warnings: list[str] = self.thresholds.check_patterns(keys)
+        checks = {item_key(*key): {"retention"} for key in self.items}
+        checks.update({spec.key: {METRIC[spec.value]} for spec in self.row_specs()})
+        self.warnings: list[str] = self.thresholds.check_patterns(checks)
 
     # -------------------------------------------------------------- cases
 

@@ -13,6 +13,7 @@ from pytest_longctx.compress.rows import RowSpec
 from pytest_longctx.data.records import FaithfulnessItem
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.numbers import NA, delta, number
+from pytest_longctx.options.table import COMPRESSORS
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
 
@@ -29,7 +30,7 @@ DEFAULT_SWEEPS: dict[str, dict[str, list[Any]]] = {
     "tooltrim": {"max_tokens": [1024, 512, 256, 128]},
     "llmlingua": {"rate": [0.7, 0.5, 0.3]},
 }
-DEFAULT_METHODS = ("identity", "last_tokens", "last_messages", "message_relevance", "sentence_relevance", "selective_context")
+DEFAULT_METHODS = COMPRESSORS  # compress-bench --methods: every built-in
 MATCHED_SAVINGS = (0.25, 0.5, 0.75, 0.9)
 # row key -> column header of the points table
 COLUMNS = {"retention-verbatim": "verbatim", "retention-paraphrase": "paraphrase",

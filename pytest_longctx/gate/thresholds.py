@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.table import METRICS, THRESHOLD_FIELDS
 from pytest_longctx.parse import NotANumber, finite_nonnegative
-
-# metric -> what its value bounds
-METRICS = {
-    "drop": "largest allowed drop of accuracy below the baseline (facts, distant tool calls)",
-    "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
-    "follow": "lowest allowed share of rules followed",
-    "item_drop": "largest allowed mean log-probability loss of one item, in nats",
-    "kl": "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
-    # the compressor gate's (compress/run.py): no global value, defaults per row
-    "retention": "lowest allowed share of facts kept by a context compressor",
-    "savings": "lowest allowed realized token savings of a context compressor",
-}
 
 
 @dataclass(frozen=True)
@@ -62,16 +51,17 @@ class Thresholds:
     """How much a model may lose against its baseline: defaults per metric, and overrides by check
     key."""
 
-    drop: float = 0.05
-    retained: float = 0.90
-    follow: float = 0.90
-    item_drop: float = 1.0
-    kl: float = 0.05  # calibrated on SmolLM2 (docs/evidence.md, "Why 0.05 nats"): the model itself 0, int8 far below it
+    # each default is its option's (options/table.py)
+    drop: float = THRESHOLD_FIELDS["drop"].default
+    retained: float = THRESHOLD_FIELDS["retained"].default
+    follow: float = THRESHOLD_FIELDS["follow"].default
+    item_drop: float = THRESHOLD_FIELDS["item_drop"].default
+    kl: float = THRESHOLD_FIELDS["kl"].default
     overrides: tuple[Override, ...] = ()
     # the verdict rule: None, the point estimate against the threshold; A, a row or cell fails only when its
     # shortfall beyond the threshold is significant at level A (--longctx-alpha, docs/metrics.md#uncertainty)
-    alpha: float | None = None
-    min_effect: float = 1.0  # rules: the reference's effect a target needs to be counted, nats (--longctx-min-effect)
+    alpha: float | None = THRESHOLD_FIELDS["alpha"].default
+    min_effect: float = THRESHOLD_FIELDS["min_effect"].default  # rules: the reference's effect a target needs to count
 
     def get(self, key: str, metric: str, default: bool = True) -> float | None:
         """The threshold of ``metric`` at ``key``: the last matching override, else the
@@ -82,17 +72,25 @@ class Thresholds:
                 found = override.value
         return found
 
-    def check_patterns(self, keys: Iterable[str]) -> list[str]:
-        """Every override must name a check of this run (``keys``: every check key). One
-        that names none is an error (given on the command line) or a warning (from an ini
-        file, which may cover more than a run selects); the warnings are returned."""
-        keys = sorted(keys)
+    def check_patterns(self, checks: Mapping[str, Iterable[str]]) -> list[str]:
+        """Every override must set a metric of a check of this run (``checks``: every check key ->
+        the metrics it has). One whose pattern matches no check, or only checks that have no such
+        metric (``facts-8k:retained``: a facts row has drop and kl), would judge nothing: an error
+        when given on the command line, a warning when from an ini file (which may cover more than a
+        run selects); the warnings are returned."""
+        keys = sorted(checks)
         warnings = []
         for override in self.overrides:
-            if any(fnmatch.fnmatchcase(key, override.pattern) for key in keys):
+            matched = [key for key in keys if fnmatch.fnmatchcase(key, override.pattern)]
+            if any(override.metric in checks[key] for key in matched):
                 continue
-            message = (f"{override.source} '{override}': the pattern {override.pattern!r} matches no check of this run; "
-                       f"the checks are named like {_examples(keys)}")
+            if matched:
+                have = sorted({metric for key in matched for metric in checks[key]})
+                message = (f"{override.source} '{override}': the checks {override.pattern!r} matches ({_examples(matched, 4)}) "
+                           f"have no metric {override.metric!r}; they take {', '.join(have) or 'no threshold'}")
+            else:
+                message = (f"{override.source} '{override}': the pattern {override.pattern!r} matches no check of this run; "
+                           f"the checks are named like {_examples(keys)}")
             if override.strict:
                 raise LongctxError(message)
             warnings.append(message)

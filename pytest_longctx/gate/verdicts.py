@@ -44,17 +44,32 @@ def cells(config: str, lengths: Iterable[str]) -> list[tuple[str, str, str, str]
             for family in ("all", *FAMILIES)]
 
 
-def check_keys(selection: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
+ITEM_METRICS = frozenset({"item_drop"})
+CELL_METRICS = frozenset({"retained", "follow"})  # by default retained in family cells, follow in the system-all cell
+
+
+def row_metrics(source: RowSource) -> frozenset[str]:
+    """What a row's checks can bound: accuracy rows their drop, rules rows their own metric, and
+    every row with a length its drift (``kl``: by default on facts and tool calls)."""
+    own = source.metric if source.is_rules else "drop"
+    return frozenset({own, "kl"} if source.length is not None else {own})
+
+
+def check_keys(selection: Mapping[str, Mapping[str, Iterable[str]]]) -> dict[str, frozenset[str]]:
     """The key of every check a gate on ``selection`` (config -> length -> item ids) can make, thresholded
-    or not: its items, rules cells and headline rows (what a ``--threshold`` pattern may name)."""
-    keys = [item_key(config, length, i) for config, by_length in selection.items() for length, ids in by_length.items() for i in ids]
-    keys += [cell_key(*cell) for config, by_length in selection.items() if config_kind(config) == "rules"
-             for cell in cells(config, list(by_length))]
-    return keys + [source.key for _, source in row_specs({config: list(by_length) for config, by_length in selection.items()})]
+    or not (what a ``--threshold`` pattern may name), with the metrics a threshold may set there: its
+    items, rules cells and headline rows."""
+    found = {item_key(config, length, i): ITEM_METRICS
+             for config, by_length in selection.items() for length, ids in by_length.items() for i in ids}
+    found.update({cell_key(*cell): CELL_METRICS for config, by_length in selection.items() if config_kind(config) == "rules"
+                  for cell in cells(config, list(by_length))})
+    found.update({source.key: row_metrics(source)
+                  for _, source in row_specs({config: list(by_length) for config, by_length in selection.items()})})
+    return found
 
 
-def dataset_keys(dataset: Dataset) -> list[str]:
-    """The key of every check a gate on ``dataset`` can make (``check_keys``)."""
+def dataset_keys(dataset: Dataset) -> dict[str, frozenset[str]]:
+    """The key of every check a gate on ``dataset`` can make, with its metrics (``check_keys``)."""
     return check_keys({config: {length: [item.id for item in items] for length, items in by_length.items()}
                        for config, by_length in dataset.configs.items()})
 

@@ -11,8 +11,9 @@ from typing import Any, Sequence
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, RuleItem
 from pytest_longctx.metrics.raw import Record, is_nonfinite, is_scored, mean, ratio
+from pytest_longctx.options.table import MIN_EFFECT
 
-COUNT_NATS = 1.0
+COUNT_NATS = MIN_EFFECT  # the card's: the default of --min-effect (options/table.py)
 FOLLOW_SHARE = 0.5
 
 

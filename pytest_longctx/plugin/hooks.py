@@ -16,9 +16,9 @@ from _pytest.junitxml import xml_key
 
 from pytest_longctx.backends.registry import load
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import OPTIONS, GateOptions, add_options, read_options
+from pytest_longctx.gate.options import GateOptions, read_options
 from pytest_longctx.gate.session import Case, GateSession
-from pytest_longctx.parse import refuse_blank
+from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
 from pytest_longctx.reports.format import visible
 
 
@@ -112,19 +112,12 @@ def running(config: pytest.Config) -> Running | None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
-    group = parser.getgroup("longctx")  # blame after a failing model gate (plugin/blame.py)
-    group.addoption("--longctx-blame", dest="longctx_blame", action="store_true",
-                    help="after a failing model gate, run longctx blame on its failing rows' items (transformers backend)")
-    group.addoption("--longctx-blame-reference", dest="longctx_blame_reference", metavar="MODEL",
-                    help="the original model blame compares with (default: the model the baseline's meta names)")
+    add_plugin_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    given = {option.flag: config.getoption(option.dest, None) for option in OPTIONS}
-    given["--longctx-blame-reference"] = config.getoption("longctx_blame_reference", None)
-    try:
-        refuse_blank(given)  # before "no model, nothing to do": --longctx-model= must not make the gate vanish
+    try:  # before "no model, nothing to do": --longctx-model= must not make the gate vanish
+        refuse_blank_plugin_values(lambda dest: config.getoption(dest, None))
     except LongctxError as exc:
         raise pytest.UsageError(str(exc)) from None
     if not (config.getoption("longctx_model", None) or config.getoption("longctx_compressor", None)):

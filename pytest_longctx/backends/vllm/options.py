@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from pytest_longctx.backends import option_values
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.backend_keys import VLLM, VLLM_SERVER
 from pytest_longctx.parse import scalar
 
 # what the gate needs of the engine, unless the user says otherwise: the prefix cache (reads
@@ -32,15 +32,14 @@ def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
 
     known = {field.name for field in dataclasses.fields(EngineArgs)}
     arguments: dict[str, Any] = dict(ENGINE_DEFAULTS)
-    for key, raw in options.items():
+    own, engine = VLLM.parse(options)  # the gate's own keys (prompt-rows), then vLLM's engine arguments
+    arguments.update(own)
+    for key, raw in engine.items():
         name = key.replace("-", "_")
         if name in FIXED:
             raise LongctxError(f"--backend-option {key}: the gate sets it itself" +
                                (f" (give the model with {FIXED[name]})" if FIXED[name] else ""))
-        if name == PROMPT_ROWS:
-            if not isinstance(scalar(raw), bool):
-                raise LongctxError(f"--backend-option {key}={raw}: expected true or false")
-        elif name not in known:
+        if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             raise LongctxError(f"--backend-option {key}={raw}: not one of vLLM's engine arguments"
                                + (f" (did you mean {', '.join(c.replace('_', '-') for c in close)}?)" if close else
@@ -58,33 +57,18 @@ def engine_options(options: Mapping[str, str], dtype: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """How the client talks to a vLLM server (``--backend vllm-server``)."""
+    """How the client talks to a vLLM server (``--backend vllm-server``): the keys of
+    options/backend_keys.py's ``VLLM_SERVER``, with its defaults."""
 
     base_url: str = ""  # the server's OpenAI-compatible root, http://host:port/v1
     served_model: str = ""  # the model's name on the server; "": the one it serves
     tokenizer: str = ""  # a local folder or cached hub id of the model's tokenizer, for the text mode
-    timeout: float = 600.0  # seconds a request may take
-    retries: int = 2  # further tries of a read whose request failed on the way (a read is idempotent)
-    concurrency: int = 16  # requests in flight at once
-    max_logprobs: int = 20  # the server's --max-logprobs: the ids a request may ask for
-    api_key_env: str = "VLLM_API_KEY"  # the environment variable that holds the API key, if the server wants one
+    timeout: float = VLLM_SERVER.default("timeout")  # seconds a request may take
+    retries: int = VLLM_SERVER.default("retries")  # further tries of a read whose request failed on the way (idempotent)
+    concurrency: int = VLLM_SERVER.default("concurrency")  # requests in flight at once
+    max_logprobs: int = VLLM_SERVER.default("max-logprobs")  # the server's --max-logprobs: the ids a request may ask for
+    api_key_env: str = VLLM_SERVER.default("api-key-env")  # the environment variable that holds the API key, if any
     reuse_scores: str = ""  # the user's name for what the server serves: answers kept under it are reused; "": none are
-
-
-def _number(kind: type) -> Callable[[str], Any]:
-    def parse(value: str) -> Any:
-        try:
-            return kind(value)
-        except ValueError:
-            raise ValueError(f"expected a {'whole ' if kind is int else ''}number") from None
-
-    return parse
-
-
-SERVER_OPTIONS = {"base-url": ("base_url", str), "served-model": ("served_model", str), "tokenizer": ("tokenizer", str),
-                  "timeout": ("timeout", _number(float)), "retries": ("retries", _number(int)),
-                  "concurrency": ("concurrency", _number(int)), "max-logprobs": ("max_logprobs", _number(int)),
-                  "api-key-env": ("api_key_env", str), "reuse-scores": ("reuse_scores", str)}
 
 
 def server_options(options: Mapping[str, str]) -> ServerOptions:
@@ -92,14 +76,5 @@ def server_options(options: Mapping[str, str]) -> ServerOptions:
         raise LongctxError("--backend-option api-key: an API key is never taken from the command line (it would land in "
                            "shell histories and CI logs); put it in the environment variable VLLM_API_KEY, or name "
                            "another with api-key-env=NAME")
-    values = option_values(options, SERVER_OPTIONS, "vllm-server")
-    settings = ServerOptions(**values)
-    for field in ("timeout", "concurrency", "max_logprobs"):
-        if getattr(settings, field) <= 0:
-            raise LongctxError(f"--backend-option {field.replace('_', '-')}: must be above 0")
-    if settings.retries < 0:
-        raise LongctxError("--backend-option retries: must be 0 or more")
-    if "reuse-scores" in options and not settings.reuse_scores:
-        raise LongctxError("--backend-option reuse-scores: give the deployment a name that changes whenever what it serves "
-                           "changes (reuse-scores=my-model-fp8@rev3); leave the option out to reuse no answers")
-    return settings
+    values, _ = VLLM_SERVER.parse(options)
+    return ServerOptions(**values)

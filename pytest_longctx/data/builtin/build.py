@@ -11,14 +11,12 @@ from pytest_longctx.data.builtin.card import write_card
 from pytest_longctx.data.builtin.facts import build_facts
 from pytest_longctx.data.builtin.faithfulness import SPLIT, build_faithfulness
 from pytest_longctx.data.builtin.fit import SegmentEncoder
-from pytest_longctx.data.builtin.plan import plan
+from pytest_longctx.data.builtin.plan import DEFAULT_SEED, plan
 from pytest_longctx.data.builtin.rules import build_rules
 from pytest_longctx.data.builtin.tool_calls import build_tool_calls
 from pytest_longctx.data.builtin.write import write_split
 from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS, FAITHFULNESS, RULES_CONFIGS
 from pytest_longctx.errors import LongctxError
-
-DEFAULT_SEED = 0
 
 
 def _stderr(message: str) -> None:

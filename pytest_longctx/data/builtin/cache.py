@@ -16,10 +16,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_longctx.data.builtin.build import DEFAULT_SEED, build
+from pytest_longctx.data.builtin.build import build
 from pytest_longctx.data.builtin.card import write_card
 from pytest_longctx.data.builtin.faithfulness import SPLIT, build_faithfulness
-from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS
+from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS, DEFAULT_SEED
 from pytest_longctx.data.builtin.text import source_files
 from pytest_longctx.data.builtin.write import write_split
 from pytest_longctx.data.lengths import check_buildable

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pytest_longctx.data.lengths import length_tokens
 
 DEFAULT_LENGTHS = ("2k", "8k", "32k")
+DEFAULT_SEED = 0  # longctx build --seed: the same seed gives the same bytes
 SESSIONS = 16
 RULE_SLOTS = 6  # 3 families x 2 placements: the candidate items of one session
 # rules items per length: the card's 82 (8k) and 84 (32k); a 2k session has room for

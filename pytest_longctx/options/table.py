@@ -1,0 +1,348 @@
+"""Every option of the pytest plugin and of the ``longctx`` subcommands, declared once: its
+name, the kind of value it takes (with its range or choices), its default, its help, which
+front ends take it and whether an ini file may set it. The plugin's options
+(``--longctx-<name>``, ini ``longctx_<name>``), the subcommands' arguments (``--<name>``),
+``--help`` and the option tables of docs/options.md are all made from this table.
+
+An option that means something else in one command (``--model``: the candidate in ``blame``)
+is declared again for that command, with its own help; no command takes one name twice."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS, DEFAULT_SEED
+from pytest_longctx.data.records import ALL_CONFIGS, SUITES
+from pytest_longctx.options.values import (
+    COUNT,
+    FOLDER,
+    INTEGER,
+    LEVEL,
+    NAMES,
+    NUMBER,
+    PATH,
+    ROWS,
+    Value,
+    choice,
+    text,
+    whole,
+)
+
+PYTEST = "pytest"  # the plugin: --longctx-<name>
+SCORE, COMPARE, BLAME, QUANTIZE, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "quantize", "build", "validate",
+                                                          "compress-bench")
+COMMANDS = (SCORE, COMPARE, BLAME, QUANTIZE, BUILD, VALIDATE, BENCH)
+
+# choices and defaults the features that implement them import from here
+MODES = ("auto", "ids", "text")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+REPORT_FORMATS = ("text", "markdown", "json", "html")
+GRANULARITIES = ("layer", "block", "tensor")  # blame's parts
+SEARCHES = ("groups", "exhaustive")  # blame's searches
+PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
+FIX_BUDGET = 32  # the hybrids blame's fix set search may score by default (its steps and the pruning after)
+GROUPS_FROM = 8  # changed parts from which blame's group search measures fewer hybrids than every part both ways
+CARRY = 0.05  # a group that moves some blamed row's far drift by this share of it or more, either way, is split
+COMPRESSORS = ("identity", "last_tokens", "last_messages", "message_relevance", "sentence_relevance", "selective_context")
+MIN_EFFECT = 1.0  # rules: the reference's rule effect a target needs to be counted, in nats (the card's)
+
+# the metrics a --threshold PATTERN:METRIC=VALUE sets, and what each bounds
+METRICS = {
+    "drop": "largest allowed drop of accuracy below the baseline (facts, distant tool calls, agent sessions)",
+    "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
+    "follow": "lowest allowed share of rules followed",
+    "item_drop": "largest allowed mean log-probability loss of one item, in nats",
+    "kl": "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
+    # the compressor gate's (compress/run.py): no global value, defaults per row
+    "retention": "lowest allowed share of facts kept by a context compressor",
+    "savings": "lowest allowed realized token savings of a context compressor",
+}
+
+MODEL_SECTION, REPORTS, BLAME_SECTION, THRESHOLDS, COMPRESSOR = "model", "reports", "blame", "thresholds", "compressor"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. In the plugin ``--longctx-<name>`` (dest and ini name ``longctx_<name_>``); in the
+    commands ``--<name>`` (dest ``dest`` or ``<name_>``), or a positional argument."""
+
+    name: str
+    help: str
+    value: Value | None = None  # None: a flag, on when given
+    default: Any = None
+    takes: tuple[str, ...] = (PYTEST,)  # the front ends: PYTEST and the subcommands
+    ini: bool = False  # the plugin also reads it from the ini file
+    repeat: bool = False  # may be given several times: a list
+    required: bool = False  # in the commands
+    positional: bool = False  # in the commands: an argument, not a flag
+    also: tuple[str, ...] = ()  # other spellings in the commands (--save-scores)
+    dest: str = ""  # the commands' attribute; empty: the name with underscores
+    section: str = MODEL_SECTION  # where docs/options.md lists the plugin's option
+    keys: str = ""  # what its KEY=VALUE settings are checked against (options/backend_keys.py, METRICS, ...)
+    doc: str = ""  # the meaning docs/options.md gives, in markdown with links; empty: the help
+
+    @property
+    def plugin_flag(self) -> str:
+        return f"--longctx-{self.name}"
+
+    @property
+    def plugin_dest(self) -> str:
+        return "longctx_" + self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        """How the commands spell it: ``--max-kl``, or a positional argument's metavar."""
+        return (self.value.metavar if self.value else self.name.upper()) if self.positional else f"--{self.name}"
+
+    @property
+    def command_dest(self) -> str:
+        return self.dest or self.name.replace("-", "_")
+
+    def shown_default(self) -> str:
+        """The default as help and docs say it; empty for none."""
+        if self.default is None or self.default is False or self.default == []:
+            return ""
+        if isinstance(self.default, (list, tuple)):
+            return ",".join(map(str, self.default))
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+
+
+LOADING = (PYTEST, SCORE, BLAME, BENCH)  # the front ends that load a model
+READING = (PYTEST, SCORE, BENCH)  # ... and name its backend freely
+SELECTING = (PYTEST, SCORE, BLAME)
+JUDGING = (PYTEST, COMPARE, BLAME)  # the thresholds
+
+OPTIONS: tuple[Option, ...] = (
+    # ------------------------------------------------------------------ the model and the data
+    Option("model", "the model to gate: hub id, local folder, .gguf file or alias; without it the plugin does nothing",
+           text("MODEL"), doc="the model to gate: a hub id, a local folder, a `.gguf` file or an alias (such as "
+               "`smollm2-135m`); without it the plugin does nothing"),
+    Option("model", "the model to score: hub id, local folder, .gguf file or alias", text("MODEL"), takes=(SCORE,),
+           required=True),
+    Option("model", "the compressed model: hub id, folder or alias", text("CANDIDATE"), takes=(BLAME,), required=True),
+    Option("model", "the reader for Layer B and the tokenizer for savings (else Qwen3.5, Layer A only)", text("MODEL"),
+           takes=(BENCH,)),
+    Option("reference", "the original model: hub id, folder or alias", text("ORIGINAL"), takes=(BLAME,), required=True),
+    Option("data", "benchmark data: 'builtin' (default), a local folder in the HF layout, or a hub id", text("DATA"),
+           "builtin", takes=(PYTEST, SCORE, BLAME), ini=True,
+           doc="the benchmark data: `builtin`, a local folder in the Hugging Face layout, or a hub id "
+               "([data.md](data.md))"),
+    Option("data", "the data both were scored on (default: the one named in their meta)", FOLDER, takes=(COMPARE,)),
+    Option("data", "'builtin' (default), a benchmark folder, the faithfulness dataset's folder or file, or a hub id",
+           text("DATA"), "builtin", takes=(BENCH,)),
+    Option("sets", "configs to gate, comma-separated (default: all present)", NAMES, takes=SELECTING, ini=True),
+    Option("sets", f"configs to build, comma-separated (default: all of {', '.join(ALL_CONFIGS)})", NAMES, takes=(BUILD,)),
+    Option("lengths", "lengths, comma-separated, e.g. 2k,8k (default: all in the data)", NAMES, takes=SELECTING, ini=True),
+    Option("lengths", "lengths in Qwen3.5 tokens, comma-separated", NAMES, list(DEFAULT_LENGTHS), takes=(BUILD,)),
+    Option("limit", "the first N items of each config and length", COUNT, takes=SELECTING, ini=True),
+    Option("limit", "at most N items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by "
+           "default)", COUNT, takes=(BUILD,)),
+    Option("limit", "the first N sessions (the builtin order covers every probe type x depth x placement evenly)", COUNT,
+           takes=(BENCH,)),
+    Option("mode", "tokenization: auto, ids or text (docs/metrics.md#tokenization-modes)", choice(*MODES), "auto",
+           takes=(PYTEST, SCORE), ini=True, doc="tokenization: `ids` feeds the stored Qwen3.5 ids (models with that vocabulary); `text` "
+               "tokenizes with the model's tokenizer and maps targets by character offset; `auto` picks `ids` "
+               "when the tokenizer reproduces the stored ids ([metrics.md](metrics.md#tokenization-modes))"),
+    Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz", PATH, ini=True,
+           doc="the baseline file (scores of the original model), e.g. `baselines/my-model.json.gz` "
+        "([baselines.md](baselines.md))"),
+    Option("baseline", "the original's baseline scores (.json.gz, with drift blocks); default: score the original now",
+           PATH, takes=(BLAME,), doc="the original's baseline (with drift blocks), made from the weights `--reference` loads (else "
+               "refused); default: the original is scored now"),
+    Option("baseline", "the baseline or reference scores file (.json.gz)", text("BASELINE"), takes=(COMPARE,),
+           positional=True),
+    Option("results", "the model's results JSON (longctx score --out, pytest --longctx-out) or scores file (--save_scores)",
+           text("RESULTS"), takes=(COMPARE,), positional=True),
+    Option("update-baseline", "score the model as the reference and (re)write --longctx-baseline"),
+    Option("narrow-baseline", "with --longctx-update-baseline: let the new baseline hold fewer items, lengths or configs "
+           "than the one it replaces (refused by default)"),
+    Option("narrow-baseline", "with --save_scores: let the file written hold fewer items, lengths or configs than the one "
+           "it replaces (refused by default)", takes=(SCORE,)),
+    Option("save_scores", "write reference scores (.json.gz)", PATH, takes=(SCORE,), also=("--save-scores",),
+           doc="keep every per-target score, to serve as a reference later (an existing file is not narrowed: "
+        "[baselines.md](baselines.md#making-a-baseline))"),
+    Option("reference_scores", "the reference model's saved scores: the rules effects are measured against it", PATH,
+           takes=(SCORE,), also=("--reference-scores",)),
+    Option("only", "run only the gate's tests (deselect the others collected)"),
+    Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)",
+           takes=LOADING, doc="score texts longer than the model's context window (`max_position_embeddings`, or the GGUF's "
+               "context length; a model with RoPE scaling configured has no limit here). Without it such a run "
+               "is refused before the first forward pass, naming the item, its length and the window"),
+    Option("dtype", "auto (float32 on CPU, the checkpoint's on a GPU), float32, bfloat16, float16", choice(*DTYPES), "auto",
+           takes=LOADING, ini=True),
+    Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", text("DEVICE"), "auto",
+           takes=LOADING, ini=True),
+    Option("trust-remote-code", "let a model that needs its own Python code (auto_map in its config) run it; refused by "
+           "default", takes=LOADING, doc="let a model that needs its own Python code (`auto_map` in its config) run it; without it such a "
+               "model is refused in one line, and nothing is asked on stdin "
+               "([backends.md](backends.md#the-transformers-backend))"),
+    Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file), 'vllm' (in process), 'vllm-server' (a running "
+           "vLLM server) or module:factory", text("BACKEND"), "hf", takes=READING, ini=True,
+           doc="`hf` (transformers), `llama.cpp` (a `.gguf` file), `vllm` (vLLM in process), `vllm-server` (a "
+               "running vLLM server: `--longctx-model http://HOST:PORT/v1`), a backend registered as an entry "
+               "point, or `module:factory` ([backends.md](backends.md))"),
+    Option("backend", "hf: transformers checkpoints, hybrids made in place; llama.cpp: two .gguf files, hybrids written "
+           "as GGUF files and run by llama.cpp", choice(*PAIR_BACKENDS), "hf", takes=(BLAME,),
+           doc="`hf`: transformers checkpoints, hybrids made in place; `llama.cpp`: two GGUF files of one "
+               "model, hybrids written as GGUF files and run by llama.cpp, the fix set also printed as "
+               "`llama-quantize --tensor-type` arguments ([blame.md](blame.md#llamacpp-gguf-files))"),
+    Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4; transformers: "
+           "device-map=auto, kv-cache=fp8; vllm: its engine arguments, tensor-parallel-size=2; vllm-server: "
+           "tokenizer=FOLDER); repeatable", text("KEY=VALUE"), takes=(*READING, BLAME), repeat=True, keys="backend",
+           doc="a setting of the backend, repeatable; each built-in backend's keys are in [the tables "
+               "below](#backend-settings), a backend of your own checks its own"),
+    Option("reference-option", "llama.cpp: how the original runs where it differs from --backend-option; its KV cache "
+           "types are llama.cpp's f16 unless given here (a quantized cache of the candidate is then one more part); "
+           "repeatable", text("KEY=VALUE"), takes=(BLAME,), repeat=True, keys="backend"),
+    Option("kv-press", "compress each read's context with a kvpress press in the transformers backend, NAME[:key=value,...] "
+           "(snapkv:compression_ratio=0.5, streaming_llm:compression_ratio=0.75,n_sink=4, knorm, tova, "
+           "expected_attention) or module:object; the baseline is the same model without it",
+           text("NAME[:KEY=VALUE,...]"), takes=READING, ini=True, keys="press",
+           doc="compress each read's context with a kvpress press in the transformers backend, "
+               "`NAME[:key=value,...]` (`snapkv:compression_ratio=0.5`, "
+               "`streaming_llm:compression_ratio=0.75,n_sink=4`, `knorm`, `tova`, `expected_attention`) or "
+               "`module:object`; the baseline is the same model without it "
+               "([backends.md](backends.md#kv-cache-presses-kvpress), "
+               "[metrics.md](metrics.md#kv-cache-presses))"),
+    Option("cache-dir", "where answers of past forward passes are kept (default: the user cache; 'off' to disable)",
+           FOLDER, takes=LOADING, ini=True, doc="where answers of past forward passes are kept (a vLLM server's only under a name the user "
+               "declares, `reuse-scores=NAME`: [backends.md](backends.md#vllm)), and the outputs of compressors "
+               "that ask for it (under `compressed/`); `off` to disable; default: the user cache "
+               "([performance.md](performance.md))"),
+    Option("quiet", "no progress on stderr", takes=(SCORE, BLAME, BENCH)),
+    # ------------------------------------------------------------------ reports
+    Option("out", "write the results JSON here", PATH, takes=(PYTEST, SCORE, BLAME), section=REPORTS,
+           doc="write the results JSON ([metrics.md](metrics.md#files))"),
+    Option("out", "write the report here instead of to stdout", PATH, takes=(COMPARE,)),
+    Option("out", "the GGUF file to write (default: fixed.gguf, as the command names it)", text("FILE"), "fixed.gguf",
+           takes=(QUANTIZE,)),
+    Option("out", "folder to write <config>/<length>-00000-of-00001.parquet and README.md into", FOLDER, takes=(BUILD,),
+           required=True),
+    Option("out", "write every point's metrics (with breakdowns) as JSON", PATH, takes=(BENCH,)),
+    Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", PATH,
+           section=REPORTS, doc="write the markdown summary; on GitHub Actions it is also appended to `$GITHUB_STEP_SUMMARY` "
+               "([reports.md](reports.md))"),
+    Option("markdown", "write the report in markdown (e.g. for a CI step summary)", PATH, takes=(BLAME,)),
+    Option("html", "write the HTML report here (one self-contained file)", PATH, section=REPORTS,
+           doc="write the HTML report, one self-contained file ([reports.md](reports.md))"),
+    Option("html", "write the report as HTML, with a bar chart of the shares", PATH, takes=(BLAME,),
+           doc="write the report as one self-contained HTML file with a bar chart of the restore and damage "
+        "shares ([blame.md](blame.md#reports))"),
+    Option("format", "text (default), markdown, json or html", choice(*REPORT_FORMATS), "text", takes=(COMPARE,)),
+    Option("top", "items and targets shown (0: all)", whole(0), 10, takes=(COMPARE,)),
+    # ------------------------------------------------------------------ blame
+    Option("blame", "after a failing model gate, run longctx blame on its failing rows' items", section=BLAME_SECTION,
+           doc="after the summary of a failing model gate (transformers or llama.cpp backend), run `longctx "
+        "blame` on its failing rows' items: its ranked table in the terminal, its markdown after the "
+        "markdown summary and in `$GITHUB_STEP_SUMMARY`, its chart and tables in the HTML report "
+        "([blame.md](blame.md#from-the-gate)). Without it a failing gate still prints the blame command"),
+    Option("blame-reference", "the original model blame compares with (default: the model the baseline's meta names)",
+           text("MODEL"), section=BLAME_SECTION,
+           doc="the original model blame compares with (hub id, folder or alias); default: the model the "
+               "baseline's meta names, where that is a model id, an alias or a folder here"),
+    Option("granularity", "layer: each decoder layer; block: attention, MLP and norms within each; tensor: every "
+           "parameter; the embeddings, the LM head and the final norm are parts at each", choice(*GRANULARITIES), "layer",
+           takes=(BLAME,)),
+    Option("parts", "only these parts, comma-separated (e.g. layer.3,lm_head)", NAMES, takes=(BLAME,)),
+    Option("rows", "only these failing rows, ';'-separated, as the gate names them", ROWS, takes=(BLAME,)),
+    Option("search", f"groups (with {GROUPS_FROM} changed parts or more): restore halves of the changed parts, then halves "
+           f"of the halves that move the far drift by {CARRY:.0%} or more, down to single parts, and measure those alone "
+           "both ways; exhaustive: every changed part both ways", choice(*SEARCHES), "groups", takes=(BLAME,),
+           doc=f"which parts are measured alone: `groups` (from {GROUPS_FROM} changed parts) tests halves of the "
+               f"changed parts and splits only those that move the far drift by {CARRY:.0%} or more; "
+               f"`exhaustive` measures every changed part both ways ([blame.md](blame.md#the-search))"),
+    Option("budget", "the most models scored on the blamed items in all (groups, parts, fix set); where it ends, the "
+           "report says what was left unmeasured (default: no end)", COUNT, takes=(BLAME,),
+           doc="the most models scored on the blamed items in all (groups, parts, fix set; the verification "
+               "runs beyond it); the report names the parts it left untested; default: no end"),
+    Option("fix-budget", "the hybrids the fix set search may score after the parts' own: each step tries the leading "
+           "parts with the ones kept so far", COUNT, FIX_BUDGET, takes=(BLAME,),
+           doc="the hybrids the fix set search may score beyond the parts' own; where it runs out, the report "
+               "says what it left untried ([blame.md](blame.md#the-fix-set))"),
+    Option("boundary-every", "transformers: keep each side's residual stream on the blamed items at every N-th layer "
+           "boundary and start each hybrid from the one below its first changed part (with 4 changed parts or more); "
+           "0: none, every hybrid runs from the first layer", whole(0), 1, takes=(BLAME,),
+           doc="transformers: keep each side's residual stream on the blamed items at every N-th layer boundary "
+               "(0: none) and start each hybrid there, with 4 changed parts or more; the figures are the same "
+               "bit for bit, the memory is in [blame.md](blame.md#cost)"),
+    Option("work-dir", "llama.cpp: the folder the hybrids' GGUF files are written in, one at a time, each removed when "
+           "read (default: the system's temporary folder)", FOLDER, takes=(BLAME,),
+           doc="llama.cpp only: the folder the hybrids' GGUF files are written in, each in a folder of its own, "
+               "removed (and llama.cpp's hold on it let go) as soon as it is read, and on SIGTERM; each is the "
+               "size of its base file (default: the system's temporary folder, `$TMPDIR`)"),
+    # ------------------------------------------------------------------ quantize, build, validate
+    Option("fixed-by", "the results JSON of longctx blame --backend llama.cpp", text("BLAME_JSON"), takes=(QUANTIZE,),
+           required=True),
+    Option("original", "the original GGUF file (default: the file the command names, as blame was given it)",
+           text("FILE"), takes=(QUANTIZE,)),
+    Option("threads", "the quantizer's threads (default: every core this process may run on)", COUNT, takes=(QUANTIZE,)),
+    Option("seed", "the same seed gives the same bytes", INTEGER, DEFAULT_SEED, takes=(BUILD,)),
+    Option("force", "build into a folder that is not empty, replacing its README.md and the parquet files built",
+           takes=(BUILD,)),
+    Option("dir", "the benchmark folder (builtin or published)", text("DIR"), takes=(VALIDATE,), positional=True),
+    # ------------------------------------------------------------------ thresholds
+    Option("max-drop", "facts and distant tool calls: largest allowed accuracy drop below the baseline", NUMBER, 0.05,
+           takes=JUDGING, ini=True, dest="drop", section=THRESHOLDS),
+    Option("min-retained", "rules: lowest allowed retained effect in every cell", NUMBER, 0.90, takes=JUDGING, ini=True,
+           dest="retained", section=THRESHOLDS),
+    Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", NUMBER, 0.90, takes=JUDGING,
+           ini=True, dest="follow", section=THRESHOLDS),
+    Option("item-max-drop", "one item: largest allowed mean loss against the baseline, in nats", NUMBER, 1.0,
+           takes=JUDGING, ini=True, dest="item_drop", section=THRESHOLDS),
+    # calibrated on SmolLM2 (docs/evidence.md, "Why 0.05 nats"): the model itself 0, int8 far below it
+    Option("max-kl", "facts and tool calls: largest allowed mean KL_K at far reads against the baseline's most likely "
+           "tokens, in nats (drift)", NUMBER, 0.05, takes=JUDGING, ini=True, dest="kl", section=THRESHOLDS,
+           doc="facts and distant tool calls: largest allowed mean KL_K at far reads against the baseline's "
+               "most likely tokens, in nats (drift; bfloat16 against a float32 baseline of the same model "
+               "alone: 0.0006 on SmolLM2-135M, [performance.md](performance.md#dtypes))"),
+    Option("threshold", "per row, cell or item: PATTERN:METRIC=VALUE (METRIC: drop, retained, follow, item_drop, kl; "
+           "compressor gate: retention, savings, drop); repeatable", text("PATTERN:METRIC=VALUE"), takes=JUDGING,
+           ini=True, repeat=True, dest="overrides", section=THRESHOLDS, keys="metric",
+           doc="per row, cell or item: `PATTERN:METRIC=VALUE`, e.g. `'rules_*-32k-user-*:retained=0.8'` "
+               "(repeatable; in the ini file one per line); see [Keys and overrides](#keys-and-overrides)"),
+    Option("alpha", "fail a row or cell only when its shortfall beyond the threshold is significant at this level "
+           "(one-sided paired bootstrap over items, e.g. 0.05); default: the point estimate decides", LEVEL,
+           takes=JUDGING, ini=True, section=THRESHOLDS,
+           doc="the verdict rule: fail a row or cell only when its shortfall beyond the threshold is "
+               "significant at level A, above 0 and below 0.5 (one-sided paired bootstrap over items; "
+               "[metrics.md](metrics.md#uncertainty)); default: the point estimate decides"),
+    Option("min-effect", "rules: the baseline's rule effect a target needs to be counted, in nats", NUMBER, MIN_EFFECT,
+           takes=(*JUDGING, SCORE), ini=True, dest="min_effect", section=THRESHOLDS,
+           doc="rules: the baseline's rule effect a target needs to be counted, in nats (the card's; recorded "
+               "in the results JSON's `meta.min_effect`; `longctx compare` applies it where the metrics are "
+               "recomputed from raw scores)"),
+    # ------------------------------------------------------------------ the compressor gate
+    Option("compressor", "gate a context compressor, module:function or a built-in (" + ", ".join(COMPRESSORS[1:-1])
+           + f", {COMPRESSORS[-1]}, {COMPRESSORS[0]}); --longctx-model adds Layer B", text("COMPRESSOR"),
+           section=COMPRESSOR),
+    Option("knob", "a keyword knob of the compressor, NAME=VALUE (e.g. ratio=0.5); repeatable", text("NAME=VALUE"),
+           repeat=True, section=COMPRESSOR, keys="knob",
+           doc="a keyword knob of the compressor, repeatable. VALUE is a Python literal (`ratio=0.5`, "
+               "`keep=True`, `method='lead'`: a string is quoted); an unquoted word, a value of another kind "
+               "than the knob's default (or, for a default of None, than its annotation), a value out of the "
+               "knob's range (an adapter's ranges in [compressors.md](compressors.md#adapters)) or a knob "
+               "without `--longctx-compressor` is one error line, before any session is compressed"),
+    Option("min-retention-verbatim", "compressor gate: lowest allowed share of facts kept, verbatim probes", NUMBER, 1.0,
+           ini=True, section=COMPRESSOR),
+    Option("min-retention-paraphrase", "compressor gate: lowest allowed share of facts kept, paraphrase probes", NUMBER,
+           0.95, ini=True, section=COMPRESSOR),
+    Option("methods", f"comma-separated built-ins, adapters (ctxgate, tooltrim, llmlingua) or module:function (default: "
+           f"{', '.join(COMPRESSORS)}; selective_context only with --model)", NAMES, takes=(BENCH,)),
+    Option("sweep", "the knob values to run a method with, METHOD:KNOB=V1,V2,... (replaces its default sweep; several for "
+           "one method run every combination); repeatable", text("METHOD:KNOB=V1,V2,..."), takes=(BENCH,), repeat=True),
+    Option("suites", f"only the sessions of these suites ({', '.join(SUITES)}), after --limit", NAMES, takes=(BENCH,)),
+)
+
+
+def taken_by(front: str) -> list[Option]:
+    """The options ``front`` (PYTEST or a subcommand) takes, in the table's order."""
+    return [option for option in OPTIONS if front in option.takes]
+
+
+def plugin_option(name: str) -> Option:
+    return next(option for option in OPTIONS if option.name == name and PYTEST in option.takes)
+
+
+# the option that sets each field of ``Thresholds``, in the fields' order; the commands that judge take them
+# by the same names less ``longctx-``, and a failing gate's blame command writes them so
+THRESHOLD_FIELDS = {option.command_dest: option for option in OPTIONS if option.section == THRESHOLDS and PYTEST in option.takes}
