@@ -16,12 +16,24 @@ class DataError(LongctxError):
 # a URL's user and password, up to the last @ before the path's query or the text's next space: a
 # password with an unescaped / or @ in it is hidden whole, at worst with the host
 _CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s?#]*@")
+# a URL's query and fragment: from its first ? or # up to a space or a character no URL holds unescaped
+_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s?#\"<>\\^`{|}]*)([?#][^\s\"<>\\^`{|}]*)")
+# one parameter of a query or fragment: its separator, its name with its =, its value
+_PARAMETER = re.compile(r"([?#&;])([^?#&;=]*=)?([^?#&;]*)")
+
+
+def _hidden_values(query: str) -> str:
+    """A query or fragment with every value written as ``***``: any parameter may be a key (api_key,
+    token, sig …), and a part without a name (``?sk-…``) is hidden whole."""
+    return _PARAMETER.sub(lambda m: m[1] + (m[2] or "") + ("***" if m[3] else ""), query)
 
 
 def without_credentials(text: str) -> str:
     """``text`` as a line or a file may show it: every URL's user and password
-    (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``)."""
-    return _CREDENTIALS.sub(r"\1***@", text)
+    (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``), and every value of
+    its query and fragment too (``http://host/v1?api_key=***``)."""
+    text = _CREDENTIALS.sub(r"\1***@", text)
+    return _QUERY.sub(lambda m: m[1] + _hidden_values(m[2]), text)
 
 
 def first_line(exc: BaseException) -> str:

@@ -84,7 +84,8 @@ def test_the_committed_baseline_and_a_good_one_load(body, tmp_path):
 # ------------------------------------------------------------------ 1: not written when it cannot judge
 
 
-OLD = b"the old baseline\n"
+# an old file that holds nothing, so that no run is refused for what it would drop of it
+OLD = gzip.compress(json.dumps({"format": "pytest-longctx/scores", "version": 2, "mode": "ids", "meta": {}, "scores": {}}).encode())
 NAN_BACKEND = "test_cli:make_nan_backend"  # a model with a NaN weight: every log-probability is NaN
 
 

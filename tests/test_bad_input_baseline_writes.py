@@ -9,6 +9,8 @@ on a copy of it. Runs are in-process (pytester, ``cli.main``); only the signal t
 process of their own."""
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import signal
@@ -27,7 +29,7 @@ from pytest_longctx.cli import main
 from pytest_longctx.cli import score as score_command
 from pytest_longctx.paths import write_atomically
 from pytest_longctx.plugin import fixtures
-from pytest_longctx.scoring.scores_file import load_scores
+from pytest_longctx.scoring.scores_file import ScoresFile, load_scores
 
 LENGTHS = ("1k", "2k")
 SPLITS = (("facts", "1k"), ("facts", "2k"), ("rules_en", "1k"))
@@ -210,6 +212,117 @@ def test_save_scores_refuses_to_narrow_the_file_it_replaces(data, baseline, caps
     assert keys(baseline) == {("facts", "1k", "f0")}
 
 
+# ------------------------------------------------------------------ 3a: an old file that cannot be read
+
+
+def _lfs_pointer(old: bytes) -> bytes:
+    return b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 269291\n"
+
+
+def _newer_version(old: bytes) -> bytes:
+    return gzip.compress(json.dumps({**json.loads(gzip.decompress(old)), "version": 99}).encode())
+
+
+def _truncated(old: bytes) -> bytes:
+    return old[:len(old) // 2]
+
+
+def _results_json(old: bytes) -> bytes:
+    return json.dumps({"rows": {}, "sets": {}, "mode": "ids", "meta": {}}).encode()
+
+
+# how each damage is said: the problem in the parentheses, and what fixes it before "remove it first"
+UNREADABLE = {
+    "lfs-pointer": (_lfs_pointer, "is a Git LFS pointer, not the file", "fetch it (git lfs pull), or "),
+    "newer-version": (_newer_version, "format version 99, this pytest-longctx reads 1 and 2", ""),
+    "truncated-gzip": (_truncated, "corrupt or truncated (EOFError: Compressed file ended before the end-of-stream "
+                                   "marker was reached", ""),
+    "not-a-scores-file": (_results_json, "not a pytest-longctx scores file", ""),
+}
+
+
+def unreadable_refusal(problem: str, remedy: str) -> tuple[str, str]:
+    """The refusal's text after "NOT written: ", as (its start, its end): a corrupt file's
+    problem ends in the decompressor's own words."""
+    return (f"cannot tell what replacing the file there would drop: it cannot be read ({problem}",
+            f"; {remedy}remove it first if it really is to be replaced")
+
+
+def damaged(baseline: Path, damage: str) -> bytes:
+    baseline.write_bytes(UNREADABLE[damage][0](baseline.read_bytes()))
+    return baseline.read_bytes()
+
+
+def refused_as_unreadable(line: str, prefix: str, damage: str) -> bool:
+    start, end = unreadable_refusal(*UNREADABLE[damage][1:])
+    return line.startswith(prefix + start) and line.endswith(end)
+
+
+def refused_before_any_work(result, baseline, damage: str) -> bool:
+    """The run's one usage error (exit 4), before any test ran: the file there cannot be read."""
+    lines = [line for line in result.errlines if line.strip()]
+    return (result.ret == pytest.ExitCode.USAGE_ERROR and len(lines) == 1
+            and refused_as_unreadable(lines[0], f"ERROR: --longctx-update-baseline: baseline {baseline}: NOT written: ", damage))
+
+
+@pytest.mark.parametrize("damage", list(UNREADABLE))
+def test_a_narrowed_update_over_a_file_that_cannot_be_read_keeps_it(pytester, data, baseline, damage):
+    """Was: the guard read the old file, failed, and let the narrow run replace it (exit 0). Now refused
+    before anything is scored."""
+    before = damaged(baseline, damage)
+    result = update(pytester, data, baseline, "-k", "facts-1k")
+    assert refused_before_any_work(result, baseline, damage)
+    assert baseline.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [[], ["-k", "facts-1k", "--longctx-narrow-baseline"]], ids=["whole", "narrow-on-purpose"])
+def test_no_update_replaces_a_git_lfs_pointer(pytester, data, baseline, args):
+    """Whatever is selected, what the pointer stands for is unknown: the real baseline may hold more."""
+    before = damaged(baseline, "lfs-pointer")
+    result = update(pytester, data, baseline, *args)
+    assert refused_before_any_work(result, baseline, "lfs-pointer")
+    assert baseline.read_bytes() == before
+
+
+@pytest.mark.parametrize("damage", list(UNREADABLE))
+@pytest.mark.parametrize("args", [["--sets", "facts", "--lengths", "1k", "--limit", "1"],
+                                  ["--sets", "facts", "--lengths", "1k", "--limit", "1", "--narrow-baseline"], []],
+                         ids=["narrow", "narrow-on-purpose", "whole"])
+def test_save_scores_over_a_file_that_cannot_be_read_is_refused_before_any_work(data, baseline, capsys, damage, args):
+    """Was: ``longctx score --save_scores`` replaced it, exit 0."""
+    before = damaged(baseline, damage)
+    assert main(["score", "--model", MODEL, "--data", str(data), *args, "--quiet", "--save_scores", str(baseline)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and refused_as_unreadable(lines[0], f"longctx: error: --save_scores {baseline}: NOT written: ",
+                                                     damage), lines
+    assert captured.out == ""  # nothing was scored
+    assert baseline.read_bytes() == before
+
+
+def _with_a_nan(baseline: Path) -> None:
+    body = json.loads(gzip.decompress(baseline.read_bytes()))
+    body["scores"]["facts"]["1k"]["f0"]["targets"][0]["logprobs"][0] = None  # how a NaN is kept
+    baseline.write_bytes(gzip.compress(json.dumps(body).encode()))
+
+
+def test_a_baseline_that_cannot_judge_still_holds_its_items(pytester, data, baseline, capsys):
+    """A NaN in the old file makes it unfit to judge, not empty: a narrowed update is refused as
+    narrowing (was: replaced, exit 0), and a whole one replaces it."""
+    _with_a_nan(baseline)
+    before = baseline.read_bytes()
+    result = update(pytester, data, baseline, "-k", "facts-1k")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert summary(result)[0].startswith(f"longctx: baseline {baseline} NOT written: this run would drop 14 of its 16 "
+                                         "items"), summary(result)
+    narrow = ["score", "--model", MODEL, "--data", str(data), "--sets", "facts", "--quiet", "--save_scores", str(baseline)]
+    assert main(narrow) == 2
+    assert "this run would drop 12 of its 16 items (rules_en: all 12 items)" in capsys.readouterr().err
+    assert baseline.read_bytes() == before
+    assert update(pytester, data, baseline).ret == pytest.ExitCode.OK
+    assert len(keys(baseline)) == 16  # and it judges now
+
+
 def test_narrow_baseline_without_save_scores_is_an_error(data, capsys):
     assert main(["score", "--model", MODEL, "--data", str(data), "--narrow-baseline", "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -329,7 +442,7 @@ def test_an_update_writes_through_a_baseline_link(pytester, data, baseline):
 def test_save_scores_writes_through_a_link(data, tmp_path):
     target = tmp_path / "kept" / "ref.json.gz"
     target.parent.mkdir()
-    target.write_bytes(b"old")
+    ScoresFile(mode="ids", meta={}).save(target)  # holds nothing: nothing to drop
     link = tmp_path / "ref.json.gz"
     link.symlink_to(target)
     assert main(["score", "--model", MODEL, "--data", str(data), "--sets", "facts", "--lengths", "1k", "--limit", "1",

@@ -41,6 +41,7 @@ class StandIn:
         self.plain_tokens = False  # write tokens as text, not token_id:N (not a vLLM server)
         self.cache_shift = 0  # added to the sampled id when the prefix cache served part of the prompt
         self.shapes: dict[str, object] = {}  # an endpoint's path -> the JSON it answers instead (of another shape)
+        self.paths: list[str] = []  # every request's path, as it arrived
         self.lock = threading.Lock()
 
     def completion(self, body: dict) -> tuple[int, dict]:
@@ -91,6 +92,7 @@ def serve(standin: StandIn) -> tuple[str, ThreadingHTTPServer]:
             self.wfile.write(data)
 
         def authorised(self) -> bool:
+            standin.paths.append(self.path)
             if standin.key and self.headers.get("Authorization") != f"Bearer {standin.key}":
                 self.reply(401, {"error": {"message": "Unauthorized"}})
                 return False
@@ -320,8 +322,8 @@ def test_a_read_that_depends_on_the_prefix_cache_is_one_line_naming_the_causes_a
 
 
 @pytest.mark.parametrize("options, message", [
-    (["retries=-1"], "retries: must be 0 or more"),
-    (["concurrency=0"], "concurrency: must be above 0"),
+    (["retries=-1"], "retries=-1: must be at least 0"),
+    (["concurrency=0"], "concurrency=0: must be at least 1"),
     (["max-logprobs=many"], "max-logprobs=many: expected a whole number"),
     (["cache-type-k=q8_0"], "has no option 'cache-type-k'"),
 ])
@@ -401,7 +403,7 @@ def test_answers_are_reused_for_a_served_model_only_under_the_name_the_user_decl
     renamed = connect(standin, "reuse-scores=tiny@2")
     assert engine.run(renamed, plans, cache=ScoreCache.for_backend(renamed, tmp_path, warn=warnings.append)) == first
     assert len(standin.prompts) > 1  # another name: read again
-    with pytest.raises(LongctxError, match="reuse-scores: give the deployment a name"):
+    with pytest.raises(LongctxError, match="reuse-scores=: the value is empty"):
         connect(standin, "reuse-scores=")
 
 
@@ -456,6 +458,63 @@ def test_credentials_in_the_url_are_in_neither_the_results_json_nor_the_scores_f
         assert "s3cret" not in text and "user:" not in text
     assert json.loads(out.read_text())["meta"]["model"] == shown
     assert json.loads(gzip.decompress(saved.read_bytes()))["meta"]["model"] == shown
+
+
+# ------------------------------------------------------------------ a key in the server's URL
+
+REFUSED_QUERY = ("a vLLM server's URL takes no query string or fragment (?…, #…): give it as http://HOST:PORT/v1; an API "
+                 "key goes in the environment variable {}, never on the command line (it would land in shell histories "
+                 "and CI logs)")
+DEFAULT_VARIABLE = "VLLM_API_KEY (or another, named with --backend-option api-key-env=NAME)"
+
+
+@pytest.mark.parametrize(("query", "shown"), [("?api_key=sk-s3cret", "?api_key=***"), ("?x=1&sig=s3cret", "?x=***&sig=***"),
+                                              ("#token=s3cret", "#token=***"), ("?s3cret", "?***")])
+@pytest.mark.parametrize("given", ["--model ", "--backend-option base-url="])
+def test_a_key_in_the_servers_url_is_refused_before_any_request_and_shown_nowhere(standin, given, query, shown):
+    """Was: the key was sent as part of the path (``/v1?api_key=…/models``) and the 404 line showed it."""
+    url = with_credentials(standin.url) + query
+    model, options = (url, []) if given == "--model " else ("org/tiny", [f"base-url={url}"])
+    with pytest.raises(LongctxError) as raised:
+        load_backend(model, backend="vllm-server", options=["timeout=5", *options])
+    assert str(raised.value) == (f"{given}{standin.url.replace('http://', 'http://***@')}{shown}: "
+                                 + REFUSED_QUERY.format(DEFAULT_VARIABLE))
+    assert standin.paths == []
+
+
+def test_the_refusal_names_the_variable_the_options_name_and_the_backend_refuses_too(standin):
+    with pytest.raises(LongctxError) as raised:
+        load_backend(f"{standin.url}?api_key=s3cret", backend="vllm-server", options=["api-key-env=MY_KEY"])
+    assert str(raised.value) == f"--model {standin.url}?api_key=***: " + REFUSED_QUERY.format("MY_KEY")
+    with pytest.raises(LongctxError, match=r"^the server's URL .*/v1\?api_key=\*\*\*: a vLLM server's URL takes no query"):
+        server_module.VllmServerBackend(server_module.ServerOptions(base_url=f"{standin.url}?api_key=s3cret"), name="x")
+    assert standin.paths == []
+
+
+def test_a_key_in_the_servers_url_is_in_no_line_report_or_file(standin, pytester, data_dir, capsys):
+    """``longctx score`` and the plugin, with every report asked for: the key is nowhere."""
+    from pytest_longctx.cli.main import main
+    from pytest_longctx.reports.format import markdown_text
+
+    url = f"{standin.url}?api_key=sk-s3cret"
+    assert main(["score", "--model", url, "--backend", "vllm-server", "--data", str(data_dir), "--quiet"]) == 2
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == [f"longctx: error: --model {standin.url}?api_key=***: "
+                                        + REFUSED_QUERY.format(DEFAULT_VARIABLE)]
+    files = {name: pytester.path / name for name in ("results.json", "junit.xml", "summary.md", "report.html")}
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", f"--longctx-model={url}", "--longctx-backend=vllm-server",
+        f"--longctx-data={data_dir}", "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=1",
+        f"--longctx-baseline={pytester.path / 'baseline.json.gz'}", "--longctx-update-baseline",
+        f"--longctx-out={files['results.json']}", f"--junitxml={files['junit.xml']}",
+        f"--longctx-markdown={files['summary.md']}", f"--longctx-html={files['report.html']}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str() + result.stderr.str()
+    assert f"--model {standin.url}?api_key=***: a vLLM server's URL takes no query string" in out
+    written = {name: path.read_text() for name, path in files.items()}  # each is written, the run failing or not
+    assert all(f"{standin.url}?api_key=***" in written[name] for name in ("junit.xml", "report.html"))
+    assert markdown_text(f"{standin.url}?api_key=***") in written["summary.md"]  # with markdown's escapes, read as the same text
+    assert "s3cret" not in out + "".join(written.values()) and standin.paths == []
 
 
 # ------------------------------------------------------------------ answers of another shape
@@ -561,7 +620,7 @@ def test_the_plugin_closes_the_backend_it_loaded_and_shows_no_credentials(standi
     assert result.ret == 0, result.outlines[-20:]
     assert len(made["clients"]) == 1 and closed(made)
     shown = standin.url.replace("http://", "http://***@")
-    assert f"longctx gate: {shown} against itself" in result.stdout.str()
+    assert f"longctx gate: {shown} (uncompressed) against itself" in result.stdout.str()
     written = (result.stdout.str() + result.stderr.str() + out.read_text() + gzip.decompress(baseline.read_bytes()).decode()
                + junit.read_text() + markdown.read_text())
     assert "s3cret" not in written and "user:" not in written

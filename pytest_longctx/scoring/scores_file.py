@@ -29,8 +29,6 @@ FORMAT = "pytest-longctx/scores"
 # 2: items keep their control reads and a drift block (metrics/drift.py); 1 is still read, without them
 VERSION = 2
 READS = (1, 2)
-# Meta keys that may differ between a baseline and a run: reported once as a warning.
-ADVISORY = ("dtype", "device", "versions", "chunk_size", "backend")
 
 
 @dataclass
@@ -157,33 +155,45 @@ def _nesting(data: bytes, limit: int) -> bool:
     return len(brackets) > limit and any(map(limit.__lt__, accumulate(map(_DEPTH_STEP.__getitem__, brackets))))
 
 
+class FileProblem(LongctxError):
+    """A file that cannot be read as what it should be: one line, ``{name}: {problem}; {fix}``.
+    ``problem`` says what is wrong with it, ``remedy`` what would make it readable as it is (fetch
+    it, raise a limit; empty where only recreating it helps), for a line of another purpose."""
+
+    def __init__(self, name: str, problem: str, fix: str, remedy: str = ""):
+        super().__init__(f"{name}: {problem}; {fix}")
+        self.problem, self.remedy = problem, remedy
+
+
 def read_json_file(path: Path, what: str, fix: str) -> Any:
     """The JSON a file holds, gzipped or not, read within the limits on its decompressed size
     (``LONGCTX_MAX_FILE_BYTES``) and nesting (``LONGCTX_MAX_NESTING``); a missing file, a
-    folder, a Git LFS pointer and damage are one line naming the file and ``fix``."""
+    folder, a Git LFS pointer and damage are one line (``FileProblem``) naming the file and ``fix``."""
     name = f"{what} {path}"
     if path.is_dir():
         inside = sorted(p.name for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))[:3]
-        raise LongctxError(f"{name}: is a folder, not a file; give the file itself"
-                           + (f" (it holds {', '.join(inside)})" if inside else ""))
+        raise FileProblem(name, "is a folder, not a file", "give the file itself"
+                          + (f" (it holds {', '.join(inside)})" if inside else ""))
     if not path.exists():
-        raise LongctxError(f"{name}: no such file; {fix}")
+        raise FileProblem(name, "no such file", fix)
     max_bytes, max_nesting = _limit(MAX_BYTES_VARIABLE, MAX_BYTES), _limit(MAX_NESTING_VARIABLE, MAX_NESTING)
     try:
         raw = _bounded_bytes(path, max_bytes)
         if raw is None:
-            raise LongctxError(f"{name}: holds more than {max_bytes:,} bytes (decompressed), more than any scores file "
-                               f"needs; if it is genuine, raise the limit: {MAX_BYTES_VARIABLE}=BYTES")
+            raise_limit = f"if it is genuine, raise the limit: {MAX_BYTES_VARIABLE}=BYTES"
+            raise FileProblem(name, f"holds more than {max_bytes:,} bytes (decompressed), more than any scores file "
+                                    "needs", raise_limit, raise_limit)
         if raw.startswith(LFS_POINTER):
-            raise LongctxError(f"{name}: is a Git LFS pointer, not the file: fetch it (git lfs pull), or commit the "
-                               "file itself, without LFS")
+            raise FileProblem(name, "is a Git LFS pointer, not the file",
+                              "fetch it (git lfs pull), or commit the file itself, without LFS", "fetch it (git lfs pull)")
         text = raw.decode("utf-8")
         if _nesting(raw, max_nesting):
-            raise LongctxError(f"{name}: nests deeper than {max_nesting} levels, deeper than any scores file; "
-                               f"{fix} (or, if it is genuine, raise the limit: {MAX_NESTING_VARIABLE}=LEVELS)")
+            raise_limit = f"if it is genuine, raise the limit: {MAX_NESTING_VARIABLE}=LEVELS"
+            raise FileProblem(name, f"nests deeper than {max_nesting} levels, deeper than any scores file",
+                              f"{fix} (or, {raise_limit})", raise_limit)
         return json.loads(text)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise LongctxError(f"{name}: corrupt or truncated ({type(exc).__name__}: {exc}); {fix}") from None
+        raise FileProblem(name, f"corrupt or truncated ({type(exc).__name__}: {exc})", fix) from None
 
 
 def load_scores(path: str | os.PathLike, what: str = "reference scores") -> ScoresFile:
@@ -193,18 +203,39 @@ def load_scores(path: str | os.PathLike, what: str = "reference scores") -> Scor
     return check_judgeable(checked_scores(read_json_file(path, what, RECREATE), path, what), f"{what} {path}", RECREATE)
 
 
+class UnknownLoss(LongctxError):
+    """The file a write would replace cannot be read, so what the write would drop of it is
+    unknown, and the write is refused. ``reason`` is the line's end, for a line that names the
+    file and says it is not written."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        super().__init__(f"{path}: NOT written: {reason}")
+        self.reason = reason
+
+
+def held_items(path: str | os.PathLike) -> list[ItemKey]:
+    """The items the scores file at ``path`` holds, read as far as knowing them needs: its format,
+    version and field types, not its values (a file that cannot judge still holds its items)."""
+    body = scores_body(read_json_file(Path(path), "baseline", RECREATE), path, "baseline")
+    return [(config, length, item_id) for config, by_length in body["scores"].items()
+            for length, by_item in by_length.items() for item_id in by_item]
+
+
 def dropped_items(path: str | os.PathLike, kept: Callable[[ItemKey], bool]) -> str | None:
     """What of the scores file at ``path`` a file about to replace it lacks (``kept`` tells which
     items it holds), by config and length, e.g. "14 of its 16 items (facts 2k: 2 of 2; rules_en:
-    all 12 items)"; None when nothing, or when there is no readable file to lose (a damaged one
-    is what a new one recreates). Every front end that writes a baseline refuses such a
-    narrowing unless it is asked for."""
+    all 12 items)"; None when nothing, or when there is no file (nothing to lose). Every front end
+    that writes a baseline refuses such a narrowing unless it is asked for; a file there that
+    cannot be read is refused whatever is asked (``UnknownLoss``): what it holds is unknown, and
+    it may be the real baseline out of reach (a Git LFS pointer) or made by a newer release."""
     if not Path(path).is_file():
         return None
     try:
-        old = [(c, n, i) for c, n, i, _ in load_scores(path, "baseline").items()]
-    except LongctxError:
-        return None
+        old = held_items(path)
+    except FileProblem as exc:
+        remedy = f"{exc.remedy}, or " if exc.remedy else ""
+        raise UnknownLoss(path, f"cannot tell what replacing the file there would drop: it cannot be read "
+                                f"({exc.problem}); {remedy}remove it first if it really is to be replaced") from None
     lost = [key for key in old if not kept(key)]
     if not lost:
         return None
@@ -220,15 +251,22 @@ def dropped_items(path: str | os.PathLike, kept: Callable[[ItemKey], bool]) -> s
     return f"{len(lost)} of its {len(old)} items ({'; '.join(parts)})"
 
 
+def scores_body(body: Any, path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The JSON read from ``path`` when it is a scores file of a version this release reads, every
+    field of the type the format gives it; else one line (``FileProblem``)."""
+    name = f"{what} {path}"
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise FileProblem(name, "not a pytest-longctx scores file", RECREATE)
+    if body.get("version") not in READS:
+        raise FileProblem(name, f"format version {body.get('version')}, this pytest-longctx reads "
+                                f"{' and '.join(map(str, READS))}", RECREATE)
+    return checked_body(body, name, RECREATE)
+
+
 def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:
     """A scores file from the JSON read from ``path``, its format, version, types and drift
     blocks checked (its values may be NaN: a candidate's are its own failures)."""
-    if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise LongctxError(f"{what} {path}: not a pytest-longctx scores file; {RECREATE}")
-    if body.get("version") not in READS:
-        raise LongctxError(f"{what} {path}: format version {body.get('version')}, this pytest-longctx reads "
-                           f"{' and '.join(map(str, READS))}; {RECREATE}")
-    scores = scores_from_json(checked_body(body, f"{what} {path}", RECREATE), str(path))
+    scores = scores_from_json(scores_body(body, path, what), str(path))
     check_drift_blocks(scores, what, RECREATE)
     return scores
 
@@ -361,7 +399,7 @@ def checked_body(body: dict[str, Any], name: str, fix: str) -> dict[str, Any]:
     try:
         _body(body)
     except _Malformed as exc:
-        raise LongctxError(f"{name}: malformed: {exc}; {fix}") from None
+        raise FileProblem(name, f"malformed: {exc}", fix) from None
     return body
 
 
@@ -437,22 +475,3 @@ def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tu
                 f"{name}: {config}/{length}/{item_id} was scored on different data (item fingerprint "
                 f"{stored.fingerprint} vs {fingerprint} now); it is stale: recreate it on this data"
             )
-
-
-def made_by(meta: dict[str, Any]) -> str:
-    """The backend that made a scores file and its libraries' versions: ``VllmBackend (vllm 0.32.0)``."""
-    versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
-    named = ", ".join(f"{k} {v}" for k, v in versions.items())
-    return f"{meta.get('backend') or 'an unnamed backend'}" + (f" ({named})" if named else "")
-
-
-def advisory_differences(reference_meta: dict[str, Any], meta: dict[str, Any]) -> list[str]:
-    """Differences that leave the numbers comparable but are worth a warning. Another backend
-    (the original in transformers, the shipped artifact in vLLM or llama.cpp) is said once,
-    with both sides' versions, instead of every setting the two backends name differently."""
-    if reference_meta.get("backend") != meta.get("backend"):
-        return [f"backend: made by {made_by(reference_meta)} there, read by {made_by(meta)} here"] + \
-            [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
-             for key in ("dtype",) if reference_meta.get(key) != meta.get(key)]
-    return [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
-            for key in ADVISORY if reference_meta.get(key) != meta.get(key)]

@@ -19,7 +19,7 @@ from typing import Mapping
 from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.vllm.in_process import VllmBackend
 from pytest_longctx.backends.vllm.options import engine_options, server_options
-from pytest_longctx.backends.vllm.server import VllmServerBackend
+from pytest_longctx.backends.vllm.server import VllmServerBackend, check_server_url
 from pytest_longctx.errors import LongctxError, without_credentials
 
 
@@ -48,7 +48,10 @@ def server_factory(model: str, dtype: str = "auto", device: str = "auto",
                            "(vllm serve --dtype …)")
     settings = server_options(options or {})
     shown = without_credentials(model)
+    if settings.base_url:
+        check_server_url(settings.base_url, "--backend-option base-url=", settings.api_key_env)
     if model.startswith(("http://", "https://")):
+        check_server_url(model, "--model ", settings.api_key_env)
         if settings.base_url and settings.base_url != model:
             raise LongctxError(f"--model {shown} and --backend-option base-url={without_credentials(settings.base_url)}: give "
                                "the server once")

@@ -50,12 +50,24 @@ def _id_of(token: str) -> int:
     return int(number)
 
 
+def check_server_url(url: str, given_as: str, key_env: str) -> None:
+    """Refuse a server URL with a query string or a fragment: the only thing one would carry is a
+    key (``?api_key=…``), which must not be on a command line (it lands in shell histories and CI
+    logs, as ``api-key=`` would), and the client adds the endpoints' paths after the URL."""
+    if "?" in url or "#" in url:
+        other = " (or another, named with --backend-option api-key-env=NAME)" if key_env == ServerOptions().api_key_env else ""
+        raise LongctxError(f"{given_as}{without_credentials(url)}: a vLLM server's URL takes no query string or fragment "
+                           f"(?…, #…): give it as http://HOST:PORT/v1; an API key goes in the environment variable "
+                           f"{key_env}{other}, never on the command line (it would land in shell histories and CI logs)")
+
+
 class VllmServerBackend:
     """Scores the model a vLLM server serves; see the module docstring."""
 
     def __init__(self, settings: ServerOptions, name: str):
         import httpx
 
+        check_server_url(settings.base_url, "the server's URL ", settings.api_key_env)
         self.settings = settings
         self.base = settings.base_url.rstrip("/")
         self.where = without_credentials(self.base)  # the server as lines and files name it
