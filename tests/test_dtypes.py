@@ -13,7 +13,7 @@ the largest |logp_half - logp_float32| is 1.7-3.4 u*ln(V) in bfloat16 (up to 0.1
 2.5-4.6 in float16 (up to 0.017 nats); the tests allow 6 u*ln(V): 0.20 nats in bfloat16,
 0.024 in float16. Larger weights are amplified more (at initialiser range 1.0: 0.57 nats in
 bfloat16, 0.14 in float16), which is why the gate compares a model with a baseline of its
-own dtype (``dtype_note``).
+own dtype (``compare_judged``).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from conftest import tiny_qwen3
 
 from pytest_longctx.backends.base import describe
 from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.gate.model_run import dtype_note
 from pytest_longctx.scoring.cache import IDENTITY
+from pytest_longctx.scoring.identity import compare_judged
 
 torch = pytest.importorskip("torch")
 
@@ -109,9 +109,12 @@ def test_a_half_precision_load_says_its_dtype_and_keys_its_own_cache(saved, dtyp
 
 
 def test_a_baseline_of_the_same_model_in_another_dtype_is_said_to_drift_by_rounding():
+    def rounding(baseline: dict, candidate: dict) -> list[str]:
+        return [w for w in compare_judged(baseline, candidate).warnings if "rounding" in w]
+
     baseline = {"model": "m", "config": "c1", "weights": "w1", "dtype": "float32"}
-    assert "rounding" in dtype_note(baseline, {**baseline, "weights": "w2", "dtype": "bfloat16"})
-    assert "float32" in dtype_note(baseline, {**baseline, "weights": "w2", "dtype": "bfloat16"})
-    assert dtype_note(baseline, {**baseline, "model": "other", "dtype": "bfloat16"}) is None  # another model: its own drift
-    assert dtype_note(baseline, {**baseline, "config": "c2", "dtype": "bfloat16"}) is None
-    assert dtype_note(baseline, baseline) is None
+    said = rounding(baseline, {**baseline, "weights": "w2", "dtype": "bfloat16"})
+    assert len(said) == 1 and "float32" in said[0] and "bfloat16" in said[0]
+    assert rounding(baseline, {**baseline, "model": "other", "dtype": "bfloat16"}) == []  # another model: its own drift
+    assert rounding(baseline, {**baseline, "config": "c2", "dtype": "bfloat16"}) == []
+    assert rounding(baseline, baseline) == []

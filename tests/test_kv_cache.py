@@ -5,6 +5,7 @@ hand in one call per question, on tiny random models; the gate reads its questio
 tokens and as a prefix tree, so neither may change a number."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -128,7 +129,7 @@ def test_the_gate_under_an_fp8_cache_against_the_plain_baseline(qwen_tokenizer, 
     out = tmp_path / "fp8.json"
     result = pytester.runpytest_inprocess(*common, "--longctx-backend-option=kv-cache=fp8", f"--longctx-out={out}")
     assert result.ret in (0, 1), result.stdout.str()[-2000:]  # a verdict, PASS or FAIL, not an error
-    assert f"longctx gate: {folder} (under a quantized KV cache fp8) against baseline" in result.stdout.str()
+    assert f"longctx gate: {folder} (KV cache fp8), float32 on cpu against baseline" in result.stdout.str()
     body = json.loads(out.read_text())
     assert body["meta"]["kv_cache"] == "quantized KV cache fp8"
     plain = tmp_path / "plain.json"
@@ -138,3 +139,44 @@ def test_the_gate_under_an_fp8_cache_against_the_plain_baseline(qwen_tokenizer, 
 
     assert kl(json.loads(plain.read_text())) and set(kl(json.loads(plain.read_text()))) == {0.0}  # itself: exactly none
     assert kl(body) and min(kl(body)) > 0, body["drift"]  # under the cache every group drifts
+
+
+def test_a_baseline_made_under_the_fp8_cache_is_named_as_compressed_in_every_report(qwen_tokenizer, data_dir, tmp_path, pytester):
+    """A baseline made under kv-cache=fp8 passed the same setup with drift 0.000 and no word, and a plain model
+    gated on it was compared with a compressed reference silently. Now the record of what was judged goes into
+    the baseline, and the one comparison of the two records names the compressed baseline in the terminal, the
+    markdown, the HTML, the junit properties and the results JSON; the same setup is said to be compared with itself."""
+    import xml.etree.ElementTree as ET
+
+    from conftest import tiny_qwen3
+
+    folder = tmp_path / "tiny"
+    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(folder)
+    qwen_tokenizer.save_pretrained(folder)
+    baseline = tmp_path / "b.json.gz"
+    common = ["-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
+              "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=2", f"--longctx-baseline={baseline}",
+              "--longctx-cache-dir=off"]
+    assert pytester.runpytest_inprocess(*common, "--longctx-update-baseline", "--longctx-backend-option=kv-cache=fp8").ret == 0
+    stored = json.loads(gzip.decompress(baseline.read_bytes()))["meta"]["judged"]
+    assert stored["kv_cache"] == "quantized KV cache fp8" and stored["compressed"] == ["KV cache fp8"]
+    compressed = "the baseline was itself made under compression (KV cache fp8)"
+    for setting, candidate, itself in ((["--longctx-backend-option=kv-cache=fp8"], "KV cache fp8", True), ([], "uncompressed", False)):
+        reports = {name: tmp_path / f"{candidate}.{name}" for name in ("md", "html", "xml", "json")}
+        result = pytester.runpytest_inprocess(*common, *setting, f"--longctx-markdown={reports['md']}",
+                                              f"--longctx-html={reports['html']}", f"--junitxml={reports['xml']}",
+                                              f"--longctx-out={reports['json']}")
+        assert result.ret == 0, result.stdout.str()[-3000:]  # the same numbers, or a plain model next to an fp8 cache: a verdict
+        head = next(line for line in result.stdout.lines if line.startswith("longctx gate: "))
+        assert head.startswith(f"longctx gate: {folder} ({candidate}), float32 on cpu against baseline {baseline}: "
+                               f"{folder} (KV cache fp8), float32 on cpu")
+        assert ("(the baseline's own model and setup" in head) is itself
+        warned = f"longctx: warning: {compressed}: the candidate ({candidate}) is judged against a compressed reference"
+        assert warned in result.stdout.str()
+        for name in ("md", "html"):
+            text = reports[name].read_text()
+            assert f"({candidate})" in text and "(KV cache fp8)" in text and compressed in text, name
+        properties = {p.get("name"): p.get("value") for p in ET.parse(reports["xml"]).iter("property")}
+        assert properties["longctx.baseline_compressed"] == "KV cache fp8"
+        assert properties["longctx.kv_cache"] == ("quantized KV cache fp8" if itself else "")
+        assert json.loads(reports["json"].read_text())["meta"]["judged"]["compressed"] == ([candidate] if itself else [])

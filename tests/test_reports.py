@@ -139,7 +139,7 @@ def test_the_text_report_shows_each_lost_target_in_its_text(pair, rows, capsys):
     code, out, _ = compare(capsys, pair.baseline, pair.results, "--top", "40")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0].startswith("longctx compare: degraded against baseline") and lines[0].endswith(": FAIL")
+    assert lines[0].startswith("longctx compare: degraded (") and " against baseline " in lines[0] and lines[0].endswith(": FAIL")
     facts_line = next(line for line in lines if line.startswith(FACTS_ROW))
     assert facts_line.split()[-1] == "FAIL"
     # the worst facts target: its fact, and its answer marked in the text after its question
@@ -291,13 +291,18 @@ def test_distance_buckets_share_hits_per_bucket():
 
 
 @pytest.mark.parametrize("meta, said", [
-    ({"quantization": "bitsandbytes nf4"}, "bitsandbytes nf4"),
-    ({"quantization": "none", "kv_cache": "auto"}, ""),  # vLLM's cache in the model's own dtype: nothing to say
-    ({"kv_cache": "fp8_e4m3"}, "under a KV cache in fp8_e4m3"),  # vLLM's name for its cache dtype
-    ({"kv_cache": "quantized KV cache fp8"}, "under a quantized KV cache fp8"),  # the transformers backend's
-    ({"quantization": "torchao int8 weight-only", "kv_press": "snapkv"}, "torchao int8 weight-only; under the KV-cache press snapkv"),
+    ({"quantization": "bitsandbytes nf4"}, ["bitsandbytes nf4"]),
+    ({"quantization": "none", "kv_cache": "auto"}, []),  # vLLM's cache in the model's own dtype: nothing to say
+    ({"kv_cache": "k=f16 v=f16", "backend": "LlamaCppBackend", "dtype": "F32"}, []),  # llama.cpp's default cache, a float file
+    ({"kv_cache": "k=f16 v=q4_0", "backend": "LlamaCppBackend", "dtype": "Q4_1"}, ["GGUF Q4_1", "KV cache k=f16 v=q4_0"]),
+    ({"kv_cache": "fp8_e4m3"}, ["KV cache fp8_e4m3"]),  # vLLM's name for its cache dtype
+    ({"kv_cache": "quantized KV cache fp8"}, ["KV cache fp8"]),  # the transformers backend's
+    ({"quantization": "torchao int8 weight-only", "kv_press": "snapkv"}, ["torchao int8 weight-only", "KV-cache press snapkv"]),
 ])
-def test_the_summary_says_what_the_model_is_and_what_compresses_its_context(meta, said):
-    from pytest_longctx.reports.text import what_it_is
+def test_the_record_of_what_was_judged_names_what_compresses_the_model_and_its_context(meta, said):
+    from pytest_longctx.scoring.identity import Judged
 
-    assert what_it_is(meta) == said
+    judged = Judged.from_meta({"model": "m", **meta})
+    assert judged.compressions() == said
+    assert judged.describe().startswith(f"m ({'; '.join(said) if said else 'uncompressed'})")
+    assert Judged.from_meta({"judged": judged.to_json()}) == judged  # as a file keeps it

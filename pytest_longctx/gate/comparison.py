@@ -16,6 +16,7 @@ from pytest_longctx.gate.results import ResultsFile, find_data
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
+from pytest_longctx.scoring.identity import compare_judged, header
 from pytest_longctx.scoring.pipeline import compute_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
@@ -25,14 +26,15 @@ class Comparison:
     """A model against its baseline: every row and cell with its verdict, and what was lost item by
     item and target by target; what every report renders."""
 
-    model: str
-    baseline: str
+    model: str  # the candidate's name
+    header: str  # what every report's header says of the candidate and its baseline (scoring/identity.py)
     mode: str
     evaluation: Evaluation
     thresholds: Thresholds
     items: list[ItemLoss]  # worst first
     targets: list[TargetLoss]  # worst first
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the run's and the comparison's (a compressed baseline, a small selection)
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
 
@@ -57,7 +59,7 @@ class Comparison:
         evaluation = self.evaluation
         shown = (lambda xs: xs[:count]) if count > 0 else (lambda xs: xs)
         return {
-            "model": self.model, "baseline": self.baseline, "mode": self.mode, "passed": self.passed,
+            "model": self.model, "header": self.header, "mode": self.mode, "passed": self.passed,
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
             "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
@@ -97,8 +99,10 @@ def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
     against = (f"baseline {run.baseline_path}" if run.baseline is not None else
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
-    return Comparison(without_credentials(str(run.options.model)), against, run.scores.mode or "n/a", evaluation, run.thresholds,
-                      items, targets, errors=errors, reads=read_drift(run.scores, baseline, run.dataset))
+    said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
+    return Comparison(without_credentials(str(run.options.model)), said, run.scores.mode or "n/a", evaluation, run.thresholds,
+                      items, targets, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
+                      reads=read_drift(run.scores, baseline, run.dataset))
 
 
 def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:
@@ -143,6 +147,8 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
             notes.append(f"rules metrics as stored in {results.path}, measured against "
                          f"{results.reference or 'the model itself'}")
     items, targets = losses(results.scores, baseline, sets, baseline_sets, thresholds, dataset)
-    return Comparison(model_name(results.meta), f"baseline {baseline.path} ({model_name(baseline.meta)})",
-                      results.mode, evaluate(sets, baseline_sets, thresholds), thresholds, items, targets, notes,
+    evaluation = evaluate(sets, baseline_sets, thresholds)
+    return Comparison(model_name(results.meta), header(results.meta, baseline.meta, f"baseline {baseline.path}"),
+                      results.mode, evaluation, thresholds, items, targets, notes,
+                      [*compare_judged(baseline.meta, results.meta).warnings, *evaluation.warnings],
                       reads=read_drift(results.scores, baseline, dataset))

@@ -19,32 +19,32 @@ from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.options import GateOptions
 from pytest_longctx.gate.session import Case, Progress, unit_of
-from pytest_longctx.gate.verdicts import Evaluation, cell_key, cell_metrics, cells, evaluate, item_drop, item_key
+from pytest_longctx.gate.verdicts import (
+    Evaluation,
+    cell_key,
+    cell_metrics,
+    cells,
+    dataset_keys,
+    evaluate,
+    item_drop,
+    item_key,
+)
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.identity import compare_judged
 from pytest_longctx.scoring.modes import choose_mode
 from pytest_longctx.scoring.pipeline import compute_sets, score_items
 from pytest_longctx.scoring.scores_file import (
     ScoresFile,
-    advisory_differences,
+    UnknownLoss,
     check_fits,
     dropped_items,
     load_scores,
     scores_from_json,
 )
-
-
-def dtype_note(baseline_meta: dict[str, Any], meta: dict[str, Any]) -> str | None:
-    """The warning for a baseline of the same model and configuration in another dtype: what
-    the gate then measures is the rounding alone (docs/performance.md#dtypes)."""
-    if baseline_meta.get("dtype") == meta.get("dtype") or any(baseline_meta.get(k) != meta.get(k) for k in ("model", "config")):
-        return None
-    return (f"the baseline is this model in {baseline_meta.get('dtype')}, this run in {meta.get('dtype')}: a dtype change "
-            "alone drifts by rounding (docs/performance.md#dtypes); make the baseline in the candidate's dtype "
-            "(--longctx-dtype) to gate the model, not the rounding")
 
 
 class GateRun:
@@ -60,6 +60,11 @@ class GateRun:
         if options.update_baseline and self.baseline_path is None:
             raise LongctxError("--longctx-update-baseline: also give the file to write, --longctx-baseline PATH "
                                "(e.g. baselines/my-model.json.gz)")
+        if options.update_baseline:  # a file there that cannot be read is refused now, not once the scoring is done
+            try:
+                dropped_items(self.baseline_path, lambda key: True)
+            except UnknownLoss as exc:
+                raise LongctxError(f"--longctx-update-baseline: baseline {exc}") from None
         self.baseline: ScoresFile | None = None
         self.missing_baseline: str | None = None
         if not options.update_baseline:
@@ -133,15 +138,15 @@ class GateRun:
     def cases(self) -> list[Case]:
         if self.missing_baseline:  # one test, which fails saying how to make the baseline
             return [Case("baseline", "baseline", frozenset(), "")]
-        return self._checks(every_cell=False)
+        return self._checks()
 
-    def check_keys(self) -> list[str]:
+    def check_keys(self) -> dict[str, frozenset[str]]:
         """The key of every check the run can make, thresholded or not (what a
-        ``--longctx-threshold`` pattern may name)."""
-        return [case.key for case in self._checks(every_cell=True)]
+        ``--longctx-threshold`` pattern may name), with the metrics a threshold may set there."""
+        return dataset_keys(self.dataset)
 
-    def _checks(self, every_cell: bool) -> list[Case]:
-        """Items, rules cells (those with a threshold, or ``every_cell``) and headline rows."""
+    def _checks(self) -> list[Case]:
+        """Items, rules cells with a threshold, and headline rows."""
         found: list[Case] = []
         for config, length, item in self.dataset.items():
             found.append(
@@ -152,7 +157,7 @@ class GateRun:
                 continue
             for _, length, placement, family in cells(config, by_length):
                 key = cell_key(config, length, placement, family)
-                if every_cell or cell_metrics(self.thresholds, key, family, placement):
+                if cell_metrics(self.thresholds, key, family, placement):
                     found.append(Case("cell", key, self._keys(config, length), config, length))
         selection = {config: list(by_length) for config, by_length in self.dataset.configs.items()}
         for _, source in row_specs(selection):
@@ -209,10 +214,7 @@ class GateRun:
         if not self.scores.meta:
             self.scores.meta = {k: v for k, v in part.meta.items() if k != "data"}
             if self.baseline is not None:
-                self.warnings.extend(f"the baseline differs in {d}" for d in advisory_differences(self.baseline.meta, self.scores.meta))
-                note = dtype_note(self.baseline.meta, self.scores.meta)
-                if note:
-                    self.warnings.append(note)
+                self.warnings.extend(compare_judged(self.baseline.meta, self.scores.meta).warnings)
         self.merge(part)
 
     def merge(self, part: ScoresFile) -> None:
@@ -295,12 +297,18 @@ class GateRun:
         (interrupted, erroring, ``-x``; the plugin says why), nor one whose scoring failed or
         scored nothing, nor one that would drop items the old baseline holds (``-k``,
         ``--longctx-sets``, ``--longctx-lengths``, a smaller ``--longctx-limit``) unless
-        ``--longctx-narrow-baseline`` says it is meant."""
+        ``--longctx-narrow-baseline`` says it is meant, nor one over a file that cannot be read (a
+        Git LFS pointer, a newer format, damage): what it would drop of that is unknown."""
         if stopped or self.failure:
             return stopped or self.failure, None
         if not any(True for _ in self.scores.items()):
             return "nothing was scored", None
-        dropped = dropped_items(self.baseline_path, self._is_scored) if self.baseline_path is not None else None
+        try:
+            dropped = dropped_items(self.baseline_path, self._is_scored) if self.baseline_path is not None else None
+        except UnknownLoss as exc:
+            return exc.reason, None
+        except LongctxError as exc:  # a limit on reading set wrong (LONGCTX_MAX_FILE_BYTES=lots)
+            return str(exc), None
         if dropped and not self.options.narrow_baseline:
             return (f"this run would drop {dropped}; give --longctx-narrow-baseline to narrow it on purpose, or update "
                     "it with the selection it was made with (no -k, the same --longctx-sets, --longctx-lengths and "

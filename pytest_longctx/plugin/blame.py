@@ -14,21 +14,21 @@ import fnmatch
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping
 
 import pytest
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import is_model_name
-from pytest_longctx.backends.hybrids.pairs import PAIR_BACKENDS, load_models
+from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.backends.hybrids.parts import Pair
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.options import THRESHOLD_OPTIONS, subcommand_flag
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, dataset_keys
+from pytest_longctx.options.table import PAIR_BACKENDS, THRESHOLD_FIELDS
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.plugin.hooks import running
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
@@ -39,16 +39,16 @@ UNNAMED = "<the original model>"  # the command's --reference where nothing name
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
-def threshold_arguments(thresholds: Thresholds, keys: Sequence[str]) -> list[str]:
-    """The flags that make a blame whose checks are ``keys`` judge as ``thresholds`` do: each value that
-    differs from the default, and the overrides whose pattern names one of ``keys`` (the others judge
-    nothing there, and the command would refuse them)."""
+def threshold_arguments(thresholds: Thresholds, keys: Mapping[str, Iterable[str]]) -> list[str]:
+    """The flags that make a blame whose checks are ``keys`` (key -> its metrics) judge as ``thresholds``
+    do: each value that differs from the default, and the overrides that set a metric of one of ``keys``
+    (the others judge nothing there, and the command would refuse them)."""
     defaults, arguments = Thresholds(), []
-    for name, option in THRESHOLD_OPTIONS.items():
-        value, flag = getattr(thresholds, name), subcommand_flag(option)
+    for name, option in THRESHOLD_FIELDS.items():
+        value, flag = getattr(thresholds, name), option.flag
         if name == "overrides":
             for override in value:
-                if any(fnmatch.fnmatchcase(key, override.pattern) for key in keys):
+                if any(fnmatch.fnmatchcase(key, override.pattern) and override.metric in metrics for key, metrics in keys.items()):
                     arguments += [flag, f"{override.pattern}:{override.metric}={override.value!r}"]  # repr: the value exactly
         elif value != getattr(defaults, name):
             arguments += [flag, repr(value)]
@@ -120,7 +120,7 @@ class BlameAfterGate:
         if options.cache_dir:  # where the gate left the candidate's answers
             args += ["--cache-dir", options.cache_dir]
         args += threshold_arguments(options.thresholds, dataset_keys(self.items(rows)))
-        return shlex.join(args)
+        return without_credentials(shlex.join(args))  # a server's user, password or key is not printed
 
     def notes(self) -> list[str]:
         """What the command leaves to the reader: the original where it is unnamed."""

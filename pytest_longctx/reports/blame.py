@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_longctx.gate.blame import CARRY
+from pytest_longctx.backends.hybrids.parts import CANDIDATE
+from pytest_longctx.options.table import CARRY
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.format import html_text, markdown_code, table, visible
 from pytest_longctx.reports.format import markdown_text as cell
@@ -59,11 +60,19 @@ def _far(states: dict, row: str) -> str:
     return _n(states[row].far) if row in states else "-"
 
 
+def _measured(states: dict, row: str, share: float | None) -> str:
+    """A share where its hybrid was scored; "-" where it was not (the budget, the group search)."""
+    return _share(share) if row in states else "-"
+
+
 def _remark(found: Any, part: Any, row: str) -> str:
     if part.unchanged:
         return "unchanged"
+    if part.searched == "untested":  # the budget ended before it was measured alone both ways: say which it was not
+        return ("damage not measured (budget)" if part.restore and not part.damage
+                else "restore not measured (budget)" if part.damage and not part.restore else "not measured (budget)")
     if part.searched:  # the group search did not measure it alone both ways
-        return {"cleared": "cleared in a group", "untested": "not measured (budget)"}[part.searched]
+        return "cleared in a group"
     return "differ" if found.differ(part, row) else ""
 
 
@@ -82,7 +91,31 @@ def search_line(found: Any) -> tuple[str, list[str]] | None:
             "(--search exhaustive)", details)
 
 
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def non_finite_lines(found: Any) -> list[str]:
+    """Per side, the parts whose weights hold NaN or inf, and why nothing is blamed."""
+    lines = []
+    for side in dict.fromkeys(entry.side for entry in found.non_finite):
+        entries = [entry for entry in found.non_finite if entry.side == side]
+        kinds = {entry.kind for entry in entries}
+        parts = (_listed([entry.part for entry in entries]) if len(kinds) == 1
+                 else _listed([f"{entry.part} ({entry.kind})" for entry in entries]))
+        held = f"{kinds.pop()} weights" if len(kinds) == 1 else "non-finite weights"
+        tensors = [name for entry in entries for name in entry.tensors]
+        shown = ", ".join(tensors[:3]) + (f", … ({len(tensors)} tensors)" if len(tensors) > 3 else "")
+        fix = ("re-make the candidate (its compression wrote them) and gate it again" if side == CANDIDATE
+               else "its baseline is no measure either: load the original again from a sound copy")
+        lines.append(f"the {side}'s {parts} {'holds' if len(entries) == 1 else 'hold'} {held} ({shown}): a model with "
+                     f"non-finite weights cannot be judged, so no part is blamed for its drift; {fix}")
+    return lines
+
+
 def headline(found: Any) -> str:
+    if found.non_finite:
+        return f"blame: {found.model} against {found.reference}: not judged, its weights are not all finite"
     if found.passed:
         return f"nothing to blame: {found.model} passes against {found.reference}'s baseline"
     same = sum(p.unchanged for p in found.parts)
@@ -95,9 +128,10 @@ def row_tables(found: Any) -> list[RowTable]:
     found_rows = []
     for row in found.rows:
         before = found.candidate[row]
-        body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_far(p.restore, row)}", _share(found.restore_share(p, row)),
-                 _share(found.restore_share(p, row, "excess")), _far(p.damage, row), _share(found.damage_share(p, row)),
-                 _count(p.cost.parameters), _remark(found, p, row)]
+        body = [[str(n + 1), p.part.name, f"{_n(before.far)} -> {_far(p.restore, row)}",
+                 _measured(p.restore, row, found.restore_share(p, row)),
+                 _measured(p.restore, row, found.restore_share(p, row, "excess")), _far(p.damage, row),
+                 _measured(p.damage, row, found.damage_share(p, row)), _count(p.cost.parameters), _remark(found, p, row)]
                 for n, p in enumerate(found.parts)]
         found_rows.append(RowTable(row, f"far drift {_n(before.far)} (threshold {before.threshold:.3f}), "
                                         f"far excess {_n(before.excess)}", body))
@@ -106,7 +140,7 @@ def row_tables(found: Any) -> list[RowTable]:
 
 def outcome(found: Any) -> list[tuple[str, list[str]]]:
     """The fix set, its cost, its verification and the notes: each line with its details."""
-    lines: list[tuple[str, list[str]]] = []
+    lines: list[tuple[str, list[str]]] = [(line, []) for line in non_finite_lines(found)]
     searched = search_line(found)
     if searched:
         lines.append(searched)
@@ -128,6 +162,11 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
                       [f"FAIL {message}" for message in verified["failing"]]))
     lines += [(f"note: {note}", []) for note in found.notes]
     return lines
+
+
+def _outcome_title(found: Any) -> tuple[str, str]:
+    """The HTML section's id and the heading of what follows the tables."""
+    return ("non-finite", "Not judged: non-finite weights") if found.non_finite else ("fix-set", "Fix set")
 
 
 def blame_text(found: Any) -> str:
@@ -153,7 +192,7 @@ def blame_markdown(found: Any, level: int = 2) -> str:
         lines += ["", f"{sub} {cell(entry.row)}", "", cell(entry.figures), "", md_table(HEADERS, entry.body)]
     done = outcome(found)
     if done:
-        lines += ["", f"{sub} Fix set", ""]
+        lines += ["", f"{sub} {_outcome_title(found)[1]}", ""]
     for line, details in done:
         lines += [f"- {cell(line)}", *(f"  - {cell(detail)}" for detail in details)]
     if found.recipe:
@@ -182,7 +221,7 @@ def _list(lines: list[tuple[str, list[str]]]) -> str:
 def blame_sections(found: Any) -> list[str]:
     """The report's sections in HTML: the chart and tables of the blamed rows, the fix set."""
     parts = []
-    if not found.passed:
+    if found.rows:
         tables = [f"<h3>{html_text(e.row)}</h3><p>{html_text(e.figures)}</p>" + html_table(Section(e.row, HEADERS, e.body),
                                                                                           f"blame-table-{n}")
                   for n, e in enumerate(row_tables(found))]
@@ -190,7 +229,7 @@ def blame_sections(found: Any) -> list[str]:
     done = outcome(found)
     recipe = f"<p>{html_text(_recipe(found)[0])}</p><pre>{html_text(NL.join(found.recipe), keep=NL)}</pre>" if found.recipe else ""
     if done:
-        parts.append(html_section("fix-set", "Fix set", _list(done), recipe))
+        parts.append(html_section(*_outcome_title(found), _list(done), recipe))
     return parts
 
 

@@ -152,9 +152,9 @@ def html_report(comparison: Comparison) -> str:
     failing, sets = tables.failing_lines(comparison), tables.set_metrics(comparison)
     parts = [
         f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',
-        f"<p>{escape(comparison.model)} against {escape(comparison.baseline)}; mode {escape(comparison.mode)}</p>",
+        f"<p>{escape(comparison.header)}; mode {escape(comparison.mode)}</p>",
         "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
-        _notes(comparison.notes), "</header>",
+        _notes(comparison.notes), _notes([f"warning: {warning}" for warning in comparison.warnings]), "</header>",
         html_section("headline", "Headline rows", html_table(tables.headline(comparison), "headline-table")),
         html_section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
         if failing else "",

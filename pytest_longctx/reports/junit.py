@@ -7,14 +7,22 @@ from typing import Any
 from pytest_longctx.errors import without_credentials
 from pytest_longctx.numbers import number
 from pytest_longctx.reports.format import visible
-from pytest_longctx.reports.text import quantization
+from pytest_longctx.scoring.identity import Judged
 
 
 def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
     """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
-    properties = [("longctx.model", visible(without_credentials(str(run.options.model)))),
-                  ("longctx.quantization", visible(quantization(run.scores.meta))),
+    name = without_credentials(str(run.options.model))
+    judged = Judged.from_meta(run.scores.meta, name)
+    baseline = Judged.from_meta(run.baseline.meta) if run.baseline is not None else None
+    properties = [("longctx.model", visible(name)),
+                  ("longctx.candidate", visible(judged.describe()) if run.scores.meta else ""),
+                  ("longctx.quantization", visible(judged.quantization)),
+                  ("longctx.kv_cache", visible(judged.kv_cache)),
+                  ("longctx.kv_press", visible(judged.press)),
                   ("longctx.baseline", visible(str(run.baseline_path)) if run.baseline_path else ""),
+                  ("longctx.baseline_model", visible(baseline.describe()) if baseline is not None else ""),
+                  ("longctx.baseline_compressed", visible("; ".join(baseline.compressions())) if baseline is not None else ""),
                   ("longctx.mode", run.scores.mode)]
     properties += [(f"longctx.threshold.{name}", visible(value)) for name, value in run.thresholds.describe().items()]
     for verdict in evaluation.verdicts:

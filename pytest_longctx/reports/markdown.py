@@ -27,10 +27,10 @@ def fenced(text: str, language: str = "text") -> str:
 def _heading(comparison: Comparison) -> list[str]:
     verdict = comparison.verdict
     lines = [f"## longctx: {verdict}", "",
-             f"{markdown_code(comparison.model)} against {cell(comparison.baseline)}, mode {cell(comparison.mode)}"]
+             f"{cell(comparison.header)}; mode {cell(comparison.mode)}"]
     lines += [f"> **error**: {cell(error)}" for error in comparison.errors]
     lines += [f"> note: {cell(note)}" for note in comparison.notes]
-    lines += [f"> warning: {cell(warning)}" for warning in comparison.evaluation.warnings]
+    lines += [f"> warning: {cell(warning)}" for warning in comparison.warnings]
     return lines
 
 

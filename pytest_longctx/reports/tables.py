@@ -165,10 +165,10 @@ def text_report(comparison: Comparison, count: int = 10) -> str:
     """What ``longctx compare`` prints: control characters written out (tables: ``format.table``),
     the lines of a target's text kept."""
     verdict = comparison.verdict
-    out = [visible(f"longctx compare: {comparison.model} against {comparison.baseline}; mode {comparison.mode}: {verdict}")]
+    out = [visible(f"longctx compare: {comparison.header}; mode {comparison.mode}: {verdict}")]
     out += [visible(f"error: {error}") for error in comparison.errors]
     out += [visible(f"note: {note}") for note in comparison.notes]
-    out += [visible(f"warning: {warning}") for warning in comparison.evaluation.warnings]
+    out += [visible(f"warning: {warning}") for warning in comparison.warnings]
     out += _plain(headline(comparison, columns=True)) + _plain(drift(comparison)) + [f"  {visible(line)}" for line in damage(comparison)]
     for section in (rules_cells(comparison), set_metrics(comparison), items(comparison, count)):
         out += _plain(section)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.errors import without_credentials
 from pytest_longctx.gate.verdicts import DRIFT_LABEL
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
-from pytest_longctx.scoring.scores_file import made_by
+from pytest_longctx.scoring.identity import header, made_by
 
 
 def rows_table(rows: dict[str, float | None]) -> str:
@@ -86,31 +85,13 @@ def damage_lines(evaluation: Any) -> list[str]:
     return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if evaluation.damage_kind(name)]
 
 
-def quantization(meta: dict[str, Any]) -> str:
-    """What the backend says the model's quantization is (``torchao int8 weight-only``); empty
-    for none, or for a backend that does not say."""
-    found = meta.get("quantization")
-    return "" if found in (None, "", "none") else str(found)
-
-
-def what_it_is(meta: dict[str, Any]) -> str:
-    """What the model is (its quantization) and what compresses its context as it reads (a press, a
-    KV cache in another dtype: ``quantized KV cache fp8`` as transformers names it, vLLM's cache dtype,
-    whose ``auto`` is the model's own), for the summary's first line; empty for none of them."""
-    cache = str(meta.get("kv_cache") or "")
-    cache = "" if cache in ("", "auto") else cache if "KV cache" in cache else f"KV cache in {cache}"
-    return "; ".join(filter(None, (quantization(meta), f"under the KV-cache press {meta['kv_press']}" if meta.get("kv_press") else "",
-                                   f"under a {cache}" if cache else "")))
-
-
 def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
     options = run.options
-    baseline = "itself (updating the baseline)" if options.update_baseline else f"baseline {run.baseline_path}"
+    against = ("itself (updating the baseline)" if options.update_baseline else
+               f"baseline {run.baseline_path}" if run.baseline_path is not None else "no baseline")
     scored = sum(1 for _ in run.scores.items())
-    model = without_credentials(str(options.model))
-    what = what_it_is(run.scores.meta)
-    lines = [visible(f"longctx gate: {model}{f' ({what})' if what else ''} against {baseline}; "
-                     f"mode {run.scores.mode or 'n/a'}, {scored} items scored")]
+    said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(options.model))
+    lines = [visible(f"longctx gate: {said}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:

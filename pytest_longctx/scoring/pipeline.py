@@ -21,11 +21,12 @@ from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.identity import Judged, compare_judged
 from pytest_longctx.scoring.modes import choose_mode, plan_reads
 from pytest_longctx.scoring.questions import with_questions
 from pytest_longctx.scoring.reads import ItemReads, TargetReads
 from pytest_longctx.scoring.records import item_records
-from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, advisory_differences, check_fits
+from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, check_fits
 
 
 @dataclass
@@ -152,6 +153,7 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
         "data_source": dataset.source,
         "pytest_longctx": __version__,
     }
+    meta["judged"] = Judged.from_meta(meta).to_json()  # the one record of what was judged (scoring/identity.py)
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
@@ -230,7 +232,7 @@ def score_sets(
                          reference=reference, notes=notes)
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
-    warnings = (advisory_differences(reference.meta, scores.meta) + notes) if reference is not None else []
+    warnings = (compare_judged(reference.meta, scores.meta).warnings + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline(sets)
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
