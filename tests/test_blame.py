@@ -7,17 +7,20 @@ import copy
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
-from conftest import tiny_qwen3
+from conftest import needs, needs_smollm2, tiny_qwen3
+from test_blame_gguf import SETTINGS, tensors_of, write_gguf
 
 from pytest_longctx.backends.hf import TransformersBackend
+from pytest_longctx.backends.hybrids.gguf import GGUFPair
 from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
 from pytest_longctx.backends.hybrids.transformers import Hybrid, StateDictPair, check_compatible, model_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame
+from pytest_longctx.gate.blame import blame, blame_pair
 from pytest_longctx.reports.blame import blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
@@ -326,16 +329,14 @@ def test_the_fix_set_search_stops_at_its_budget_and_says_what_is_left(qwen_token
 
 @pytest.mark.parametrize("budget", ["0", "-3", "many"])
 def test_a_fix_budget_that_is_no_count_of_hybrids_is_refused(budget, capsys):
-    with pytest.raises(SystemExit) as raised:
-        main(["blame", "--reference", "a", "--model", "b", "--fix-budget", budget])
-    assert raised.value.code == 2
-    assert f"--fix-budget: expected a whole number of hybrids, 1 or more: {budget!r}" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["blame", "--reference", "a", "--model", "b", "--budget", budget])
-    assert f"--budget: expected a whole number of hybrids, 1 or more: {budget!r}" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["blame", "--reference", "a", "--model", "b", "--boundary-every", "-1" if budget == "0" else budget])
-    assert "--boundary-every: expected a whole number of layers, 0 or more" in capsys.readouterr().err
+    problem = "expected a whole number" if budget == "many" else "must be at least 1"
+    for flag in ("--fix-budget", "--budget"):
+        assert main(["blame", "--reference", "a", "--model", "b", flag, budget]) == 2
+        assert capsys.readouterr().err.strip() == f"longctx: error: {flag}: {problem} (given {budget!r})"
+    layers = "-1" if budget == "0" else budget
+    assert main(["blame", "--reference", "a", "--model", "b", "--boundary-every", layers]) == 2
+    problem = "expected a whole number" if budget == "many" else "must be at least 0"
+    assert capsys.readouterr().err.strip() == f"longctx: error: --boundary-every: {problem} (given {layers!r})"
 
 
 def forwarded_tokens(model, dataset):
@@ -581,3 +582,165 @@ def test_a_part_the_first_round_clears_is_found_again_from_the_fix_sets_hybrid(q
     assert {p.part.name for p in found.parts if not p.searched and not p.unchanged} == {"layer.2", "layer.4"}
     assert found.fix_set == ["layer.2", "layer.4"] and found.fixed and found.verification["passed"]
     assert "second round, with the fix set restored: restore layer.4" in blame_text(found)
+
+
+def test_a_budget_that_ends_within_a_part_shows_what_it_measured_and_nothing_more(original, candidate, dataset):
+    """Two changed parts measured one by one, and a budget of one hybrid: layer 1 restored is all there is. Its
+    figures are that hybrid's; layer 3 has none; the fix set holds what was measured, and the notes say the same."""
+    from pytest_longctx.reports.blame import row_tables
+
+    baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
+    found = blame(original, candidate, None, dataset, baseline, progress=False, verify=False, budget=1)
+    [row] = found.rows
+    by_name = {p.part.name: p for p in found.parts}
+    first, second = by_name["layer.1"], by_name["layer.3"]
+    assert found.search == "exhaustive" and found.hybrids == 1
+    # the one hybrid: the candidate with layer 1 taken back by hand, scored and judged as the gate does
+    restored = row_figures(taken(candidate, original, [1]), dataset, baseline)[row]
+    assert first.restore[row] == restored and not first.damage and not second.restore and not second.damage
+    before = found.candidate[row]
+    cells = {line[1]: line for line in row_tables(found)[0].body}
+    share = f"{(before.far - restored.far) / before.far:.0%}"
+    excess = ("n/a" if before.excess is None or before.excess <= 0 or restored.excess is None
+              else f"{(before.excess - restored.excess) / before.excess:.0%}")
+    assert cells["layer.1"][2:7] + cells["layer.1"][8:] == [f"{before.far:.3f} -> {restored.far:.3f}", share, excess, "-", "-",
+                                                            "damage not measured (budget)"]
+    assert cells["layer.3"][2:7] + cells["layer.3"][8:] == [f"{before.far:.3f} -> -", "-", "-", "-", "-", "not measured (budget)"]
+    # what was measured is what the fix set holds: layer 1's own hybrid, which is what the row reads with it
+    assert found.fix_set == ["layer.1"] and found.fix_steps == [first.restore] and found.fixed == restored.passed
+    assert found.notes[:2] == [
+        "the budget of 1 hybrids (--budget) ended before 1 changed part(s) were measured: layer.3; they are in neither the "
+        "ranking's figures nor the fix set",
+        "the budget of 1 hybrids (--budget) ended before layer.1 was measured damaging the original: the table shows its "
+        "figures restored in the candidate alone, no damage share"]
+    if not restored.passed:
+        assert found.notes[2:] == ["with every part that restores or causes any far drift kept (1 of 1 measured), a blamed "
+                                   "row still fails: the rest of the damage lies in parts the budget left unmeasured "
+                                   "(--budget) or in how the parts interact"]
+    # no part the table calls not measured shows a share or is in the fix set
+    for name, line in cells.items():
+        if line[8] == "not measured (budget)":
+            assert line[3:7] == ["-"] * 4 and name not in found.fix_set, name
+
+
+def swapped(tokenizer):
+    """``tokenizer`` with the ids of two of its one-letter tokens exchanged: as many ids, the same merges, but
+    texts cut into other ids."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = state["model"]["vocab"]
+    vocab["a"], vocab["e"] = vocab["e"], vocab["a"]
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)))
+
+
+def test_a_tokenizer_that_differs_is_named_by_the_flag_that_gave_it(bpe_tokenizer, data_dir, tmp_path, capsys):
+    from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
+
+    other = swapped(bpe_tokenizer)
+    mine, theirs = (tokenizer_fingerprint(t, "text") for t in (bpe_tokenizer, other))
+    assert mine != theirs and len(other) == len(bpe_tokenizer)
+    original = tiny_qwen3(len(bpe_tokenizer), seed=3, layers=4, init=0.5)
+    folders = {}
+    for name, model, tokenizer in (("original", original, bpe_tokenizer), ("candidate", damaged(original), bpe_tokenizer),
+                                   ("retokenized", damaged(original), other)):
+        folders[name] = tmp_path / name
+        model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    for name, tokenizer in (("baseline", bpe_tokenizer), ("other-baseline", other)):
+        scores = score_sets(TransformersBackend(original, name=str(folders["original"])), tokenizer, dataset, progress=False)
+        assert scores.mode == "text"
+        scores.as_baseline().save(tmp_path / f"{name}.json.gz")
+    selection = ["--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--quiet"]
+
+    def refused(reference, model, *args):
+        code = main(["blame", "--reference", str(reference), "--model", str(model), *map(str, args), *selection])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == "", captured.out
+        [line] = [line for line in captured.err.splitlines() if line.startswith("longctx")]
+        return line.removeprefix("longctx: error: ")
+
+    # the candidate differs from the original, whose baseline is right: the candidate is named, with or without it
+    differs = (f"--model {folders['retokenized']}: tokenizes otherwise than --reference {folders['original']} (another "
+               "vocabulary, or the same texts cut into other tokens): blame reads the original, the candidate and every "
+               "hybrid of the two with the candidate's tokenizer, so the two must tokenize alike; give the candidate the "
+               "original's tokenizer files, or blame it against the original it was made from")
+    assert refused(folders["original"], folders["retokenized"], "--baseline", tmp_path / "baseline.json.gz") == differs
+    assert refused(folders["original"], folders["retokenized"]) == differs
+    # the two sides agree and the baseline does not: the baseline is named
+    assert refused(folders["original"], folders["candidate"], "--baseline", tmp_path / "other-baseline.json.gz") == (
+        f"--baseline {tmp_path / 'other-baseline.json.gz'}: made with another tokenizer ({theirs}) than --reference "
+        f"{folders['original']} and --model {folders['candidate']} tokenize with ({mine}): blame needs the baseline of the "
+        "original as it reads it; make it from --reference (longctx score --model REFERENCE --save_scores FILE), or leave "
+        "--baseline out to score the original now")
+    # an original that cannot be loaded is named by its own flag
+    assert refused(tmp_path / "missing", folders["candidate"]) == (
+        f"--reference {tmp_path / 'missing'}: no such folder or file (a model folder, a .gguf file, a hub id or an alias)")
+    # and with them all agreeing, blame runs
+    assert main(["blame", "--reference", str(folders["original"]), "--model", str(folders["candidate"]), "--baseline",
+                 str(tmp_path / "baseline.json.gz"), "--parts", "layer.1", *selection]) == 0
+    assert "layer.1" in capsys.readouterr().out
+
+
+def retokenized_gguf(path, target):
+    """``path`` written again as ``target`` with the ids of two of its tokens exchanged in its vocabulary."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    reader = GGUFReader(path)
+    writer = GGUFWriter(target, str(reader.fields["general.architecture"].contents()))
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value, kind = field.contents(), field.types[0]
+        if name == "tokenizer.ggml.tokens":
+            a, b = value.index("a"), value.index("e")
+            value[a], value[b] = value[b], value[a]
+        writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target
+
+
+@needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'")
+@needs_smollm2
+def test_gguf_files_name_their_non_finite_parts_and_the_flag_of_the_side_that_differs(data_dir, tmp_path, capsys):
+    from pytest_longctx.backends.aliases import smollm2_gguf
+    from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
+
+    clean = tensors_of(len(LlamaCppBackend.load(smollm2_gguf()).tokenizer))
+    broken = dict(clean)
+    broken["blk.3.attn_norm.weight"] = np.full_like(clean["blk.3.attn_norm.weight"], np.nan)
+    broken["blk.3.ffn_up.weight"] = np.full_like(clean["blk.3.ffn_up.weight"], np.nan)  # stored as Q8_0: its scales NaN
+    broken["blk.1.ffn_down.weight"] = clean["blk.1.ffn_down.weight"].copy()
+    broken["blk.1.ffn_down.weight"][3, 4] = np.inf
+    original = write_gguf(tmp_path / "original.gguf", clean)
+    with np.errstate(invalid="ignore"):  # NaN rounded to Q8_0's integers: what a broken quantizer writes
+        candidate = write_gguf(tmp_path / "candidate.gguf", broken, {"blk.3.ffn_up.weight"})
+    pair = GGUFPair(str(original), str(candidate), (SETTINGS, SETTINGS), names=("original.gguf", "candidate.gguf"))
+    dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
+    found = blame_pair(pair, dataset, None, progress=False)
+    # what the arrays written hold, read from them here
+    held = {name: "NaN" if np.isnan(values).any() else "inf" for name, values in broken.items() if not np.isfinite(values).all()}
+    assert [(n.side, n.part, n.tensors) for n in found.non_finite] == [
+        ("candidate", "layer.1", {"blk.1.ffn_down.weight": held["blk.1.ffn_down.weight"]}),
+        ("candidate", "layer.3", {name: held[name] for name in ("blk.3.attn_norm.weight", "blk.3.ffn_up.weight")})]
+    assert not found.rows and not found.notes and found.hybrids == 0
+    # a candidate whose vocabulary holds two tokens at each other's ids; an original that is no file
+    other = retokenized_gguf(original, tmp_path / "retokenized.gguf")
+    selection = ["--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--quiet"]
+    for reference, model, message in (
+            (original, other, f"--model {other}: tokenizes otherwise than --reference {original} (its tokenizer.ggml.tokens "
+                              "differs): blame reads the original, the candidate and every hybrid of the two with the "
+                              "candidate's tokenizer, so the two must tokenize alike; blame the candidate against the "
+                              "original it was made from"),
+            (tmp_path / "missing.gguf", candidate, f"--reference {tmp_path / 'missing.gguf'}: no such .gguf file")):
+        code = main(["blame", "--backend", "llama.cpp", "--reference", str(reference), "--model", str(model), *selection])
+        captured = capsys.readouterr()
+        assert code == 2 and [line for line in captured.err.splitlines() if line.startswith("longctx")] == [
+            f"longctx: error: {message}"]

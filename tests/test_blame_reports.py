@@ -4,6 +4,7 @@ figures as computed here from the blame's row states, and the HTML's bars are dr
 from __future__ import annotations
 
 import copy
+import json
 import re
 from html.parser import HTMLParser
 
@@ -17,6 +18,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.blame import HEADERS, beside_drift, blame_html, blame_markdown, blame_sections, blame_text
+from pytest_longctx.reports.format import markdown_text as cell
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +177,43 @@ def test_a_recipe_is_in_every_report(found):
     assert blame_text(made).endswith("\n".join(["", "the fix set, made from the original by llm-compressor with this recipe:",
                                                  *made.recipe]))
     assert "```yaml\n" + "\n".join(made.recipe) + "\n```" in blame_markdown(made)
+
+
+def test_a_candidate_with_non_finite_weights_is_named_in_every_report_and_nothing_is_blamed(models, data_dir, tmp_path,
+                                                                                             capsys):
+    """Layer 3 all NaN and one weight of layer 1 inf, as a broken conversion writes them: no hybrid of such a model
+    reads anything but NaN, so blame names the parts and blames none (no interaction, no fix set)."""
+    original, _ = models
+    broken = copy.deepcopy(original)
+    with torch.no_grad():
+        for tensor in broken.model.layers[3].parameters():
+            tensor.fill_(float("nan"))
+        broken.model.layers[1].mlp.up_proj.weight[2, 5] = float("inf")
+    original.save_pretrained(tmp_path / "original")
+    broken.save_pretrained(tmp_path / "candidate")
+    paths = {kind: tmp_path / f"blame.{kind}" for kind in ("json", "md", "html")}
+    code = main(["blame", "--reference", str(tmp_path / "original"), "--model", str(tmp_path / "candidate"), "--data",
+                 str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--out", str(paths["json"]),
+                 "--markdown", str(paths["md"]), "--html", str(paths["html"]), "--quiet"])
+    shown = capsys.readouterr().out
+    assert code == 0, shown
+    # what the model holds, read from it here
+    held = {name: "NaN" if torch.isnan(t).any() else "inf" for name, t in broken.named_parameters() if not torch.isfinite(t).all()}
+    third = [name for name, _ in broken.named_parameters() if name.startswith("model.layers.3.")]
+    assert held == {"model.layers.1.mlp.up_proj.weight": "inf", **{name: "NaN" for name in third}}
+    body = json.loads(paths["json"].read_text())
+    assert body["non_finite"] == [{"side": "candidate", "part": "layer.1", "tensors": {"model.layers.1.mlp.up_proj.weight": "inf"}},
+                                  {"side": "candidate", "part": "layer.3", "tensors": {name: "NaN" for name in third}}]
+    assert not body["passed"] and body["rows"] == [] and body["parts"] == [] and body["fix_set"]["parts"] == []
+    assert body["hybrids"] == 0 and body["notes"] == []  # nothing was scored, nothing is concluded
+    line = (f"the candidate's layer.1 (inf) and layer.3 (NaN) hold non-finite weights (model.layers.1.mlp.up_proj.weight, "
+            f"{third[0]}, {third[1]}, … ({len(held)} tensors)): a model with non-finite weights cannot be judged, so no part "
+            "is blamed for its drift; re-make the candidate (its compression wrote them) and gate it again")
+    assert shown.splitlines() == [f"blame: {tmp_path / 'candidate'} against {tmp_path / 'original'}: not judged, its "
+                                  "weights are not all finite", "", line]
+    markdown = paths["md"].read_text()
+    assert f"- {cell(line)}" in markdown.splitlines() and "### Not judged: non-finite weights" in markdown
+    page = Page(paths["html"].read_text())
+    assert page.items == [line]
+    for text in (shown, markdown, paths["html"].read_text(), paths["json"].read_text()):
+        assert "interact" not in text and "fix set" not in text.lower()

@@ -23,6 +23,7 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame import blame
 from pytest_longctx.gate.thresholds import Override, Thresholds
 from pytest_longctx.reports.blame import blame_text
+from pytest_longctx.reports.format import markdown_text as cell
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import score_sets
 
@@ -156,6 +157,27 @@ def test_the_printed_command_reads_as_the_gate_read_and_takes_the_candidate_from
     assert main([*args[1:], "--parts", "layer.1", "--quiet"]) == 0
     # the candidate asked, and was answered, for every pass; the hybrids (restore, damage, verification) never ask
     assert answered and all(found is not None for found in answered)
+
+
+def test_longctx_blame_names_the_non_finite_weights_of_a_candidate_the_gate_failed(pytester, made, data_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    broken = AutoModelForCausalLM.from_pretrained(made / "original")
+    with torch.no_grad():
+        for tensor in broken.model.layers[3].parameters():
+            tensor.fill_(float("nan"))
+    broken.save_pretrained(tmp_path / "broken")
+    markdown = pytester.path / "summary.md"
+    result = gate(pytester, made, data_dir, "named", "--longctx-blame", f"--longctx-markdown={markdown}",
+                  model=tmp_path / "broken")
+    assert result.ret == 1 and printed(result)  # the gate fails, and prints the command that blames it
+    third = [name for name, tensor in broken.named_parameters() if name.startswith("model.layers.3.")]
+    assert all(torch.isnan(broken.get_parameter(name)).all() for name in third)
+    line = (f"the candidate's layer.3 holds NaN weights ({', '.join(third[:3])}, … ({len(third)} tensors)): a model with "
+            "non-finite weights cannot be judged, so no part is blamed for its drift; re-make the candidate (its "
+            "compression wrote them) and gate it again")
+    assert line in result.outlines and not [text for text in result.outlines if "interact" in text]
+    assert f"- {cell(line)}" in markdown.read_text().splitlines()
 
 
 def test_longctx_blame_takes_the_candidate_from_the_runs_score_cache(pytester, made, data_dir, tmp_path, monkeypatch):

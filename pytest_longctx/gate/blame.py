@@ -29,6 +29,9 @@ the cleared parts in the same way, restored in the candidate with the fix set re
 judged against that hybrid (a part whose drift is small beside another's is then seen), and the fix set
 is searched again. ``budget`` caps the models scored on the blamed items; what it leaves is untested.
 
+A pair one of whose sides holds NaN or inf in its weights is not blamed at all: no hybrid with such a part
+reads anything but NaN, so the parts that hold them are the finding (``NonFinite``), before anything is scored.
+
 Parts are ranked by restore share (the mean over the blamed rows). The fix set is searched, not
 sorted: a greedy that, at each step, scores the candidate with the parts kept so far plus each
 part still in question (the marginal gain of adding it to the current hybrid) and keeps the best,
@@ -55,13 +58,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend, describe
-from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, select_parts
+from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, non_finite_kind, select_parts
 from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.losses import losses
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, evaluate
+from pytest_longctx.options.table import CARRY, FIX_BUDGET, GROUPS_FROM
 from pytest_longctx.progress import Progress, labelled
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
@@ -71,11 +75,7 @@ from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 RESTORE, DAMAGE = "restore", "damage"
 DISAGREE = 0.25  # restore and damage shares further apart than this are said to differ (parts interact)
 FIX_WIDTH = 8  # the fix set search's candidates per step (after the first): the leading parts not kept, by their larger share
-FIX_BUDGET = 32  # the hybrids the fix set search may score by default (its steps and the pruning after)
 REUSE_FROM = 4  # changed parts from which the two scorings that record the layer boundaries pay for themselves
-SEARCHES = ("groups", "exhaustive")
-GROUPS_FROM = 8  # changed parts from which the group search measures fewer hybrids than every part both ways
-CARRY = 0.05  # a group that moves some blamed row's far drift by this share of it or more, either way, is split
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,21 @@ class PartBlame:
     damage: dict[str, RowState] = field(default_factory=dict)
     unchanged: bool = False  # the compression left it as it was: its hybrids are the candidate and the original
     searched: str = ""  # the group search's word for a part it did not measure both ways: "cleared" or "untested"
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """A part whose tensors hold NaN or inf on one side of the pair: ``tensors`` maps each to what it holds."""
+
+    side: str  # ORIGINAL or CANDIDATE
+    part: str
+    tensors: dict[str, str]
+
+    @property
+    def kind(self) -> str:
+        """``NaN``, ``inf`` or ``NaN and inf``: what the part's tensors hold in all."""
+        held = " and ".join(self.tensors.values())
+        return non_finite_kind("NaN" in held, "inf" in held)
 
 
 @dataclass
@@ -161,6 +176,7 @@ class Blame:
     groups: list[GroupTest] = field(default_factory=list)  # the group search's hybrids, in the order scored
     exhaustive: int = 0  # the hybrids measuring every changed part both ways would take (2 per part)
     reuse: dict[str, int] | None = None  # token-layers on the items: all hybrids' ("items"), skipped from the boundaries
+    non_finite: list[NonFinite] = field(default_factory=list)  # parts holding NaN or inf: nothing was scored or blamed
 
     def restore_share(self, part: PartBlame, row: str, figure: str = "far") -> float | None:
         return self.shares(part.restore, RESTORE, row, figure)
@@ -221,6 +237,7 @@ class Blame:
                         "cost": asdict(self.fix_cost) if self.fix_cost else None, "recipe": self.recipe,
                         "recipe_tool": self.recipe_tool},
             "verification": self.verification, "hybrids": self.hybrids, "reuse": self.reuse,
+            "non_finite": [asdict(n) for n in self.non_finite],
             "search": {"mode": self.search, "exhaustive": self.exhaustive,
                        "groups": [{"parts": g.parts, "direction": g.direction, "carries": g.carries, "shares": g.shares,
                                    "second_round": g.second,
@@ -353,6 +370,63 @@ def check_made_by(baseline: ScoresFile, reference: Mapping[str, Any], name: str)
                        f"the original the candidate was made from; {hint}")
 
 
+def _tokenizes(tokenizer: Any) -> str:
+    """How ``tokenizer`` tokenizes, as the text mode's fingerprint says (one that gives no character offsets, a
+    slow tokenizer: its vocabulary)."""
+    try:
+        return tokenizer_fingerprint(tokenizer, "text")
+    except NotImplementedError:
+        return repr(sorted(tokenizer.get_vocab().items()))
+
+
+def check_tokenizers(pair: Pair) -> None:
+    """The candidate tokenizes as the original, where both have a tokenizer of their own: blame reads the original,
+    the candidate and every hybrid of the two with one tokenizer (``Pair.tokenizer``), the candidate's."""
+    (reference, model), (mine, theirs) = pair.names, pair.tokenizers
+    if mine is None or theirs is None or mine is theirs or _tokenizes(mine) == _tokenizes(theirs):
+        return
+    raise LongctxError(f"--model {model}: tokenizes otherwise than --reference {reference} (another vocabulary, or the "
+                       "same texts cut into other tokens): blame reads the original, the candidate and every hybrid of the "
+                       "two with the candidate's tokenizer, so the two must tokenize alike; give the candidate the "
+                       "original's tokenizer files, or blame it against the original it was made from")
+
+
+def check_baseline_tokenizer(baseline: ScoresFile, pair: Pair) -> None:
+    """The baseline was made with the tokenizer blame reads the pair with (in the baseline's mode), once the two
+    sides agree (``check_tokenizers``): where it was not, the baseline is what differs."""
+    (reference, model), made = pair.names, baseline.meta.get("tokenizer")
+    if pair.tokenizer is None:
+        if baseline.mode == "ids":
+            return
+        raise LongctxError(f"--baseline {baseline.path}: scored in the text mode, with a tokenizer ({made}), and neither "
+                           f"--reference {reference} nor --model {model} holds one: add the original's tokenizer files to "
+                           "both, or leave --baseline out to score the original now")
+    now = tokenizer_fingerprint(pair.tokenizer, baseline.mode)
+    if made == now:
+        return
+    mine, theirs = (tokenizer is not None for tokenizer in pair.tokenizers)
+    sides = (f"--reference {reference} and --model {model} tokenize with" if mine and theirs
+             else f"--reference {reference} tokenizes with (--model {model} holds no tokenizer of its own: it is read "
+                  "with the original's)" if mine
+             else f"--model {model} tokenizes with (--reference {reference} holds no tokenizer of its own: it is read with "
+                  "the candidate's)")
+    raise LongctxError(f"--baseline {baseline.path}: made with another tokenizer ({made}) than {sides} ({now}): blame "
+                       "needs the baseline of the original as it reads it; make it from --reference (longctx score --model "
+                       "REFERENCE --save_scores FILE), or leave --baseline out to score the original now")
+
+
+def non_finite_parts(pair: Pair, granularity: str) -> list[NonFinite]:
+    """The parts whose tensors hold NaN or inf, the candidate's, then the original's."""
+    found = []
+    for side in (CANDIDATE, ORIGINAL):
+        tensors = pair.non_finite(side)
+        for part in pair.parts(granularity) if tensors else []:
+            held = {name: tensors[name] for name in part.parameters if name in tensors}
+            if held:
+                found.append(NonFinite(side, part.name, held))
+    return found
+
+
 def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,
           names: tuple[str, str] = ("original", "candidate"), **options: Any) -> Blame:
     """Blame the parts of ``candidate`` (a transformers model) for its failing rows against
@@ -379,6 +453,10 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     reading = Reading(beyond_context, cache_dir, progress)
     names, tokenizer = pair.names, pair.tokenizer
     chosen = select_parts(pair.parts(granularity), parts, granularity)
+    check_tokenizers(pair)
+    broken = non_finite_parts(pair, granularity)
+    if broken:  # no hybrid of such a model reads anything but NaN: its parts' shares would be figures of nothing
+        return Blame(names[0], names[1], granularity, passed=False, non_finite=broken)
     with pair.hybrid(ORIGINAL, [], names[0]) as backend:
         if baseline is None:
             baseline = score_sets(backend, tokenizer, dataset, progress=progress, cache=reading.cache(backend, []),
@@ -389,6 +467,7 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
             if not baseline.has_drift:
                 raise LongctxError(f"--baseline {baseline.path}: holds no drift blocks (the most likely tokens at every "
                                    "read, written since scores file version 2): re-make it from the original")
+            check_baseline_tokenizer(baseline, pair)
             check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode),
                        needed_fingerprints(dataset), what="--baseline")
             check_made_by(baseline, describe(backend), names[0])
@@ -407,17 +486,14 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     limit = Limit(budget, scorer)
     original = scorer.record(reuse_every) if (len(changed) >= REUSE_FROM if reuse is None else reuse) else None
     _measure(found, scorer, _search_groups(found, scorer, changed, limit) if found.search == "groups" else changed, limit)
-    # restoring an unchanged part reads as the candidate, damaging with it as the original
-    if len(changed) < len(found.parts) and not limit.spent():
+    # restoring an unchanged part reads as the candidate, damaging with it as the original (recorded, or scored once)
+    if len(changed) < len(found.parts) and (original or not limit.spent()):
         original = original or scorer(ORIGINAL, [], "the original, for the parts the compression left unchanged")
         for entry in found.parts:
             if entry.unchanged:
                 entry.restore.update(found.candidate)
                 entry.damage.update(original)
-    untested = [p.part.name for p in found.parts if p.searched == "untested"]
-    if untested:
-        found.notes.append(f"the budget of {budget} hybrids (--budget) ended before {len(untested)} changed part(s) were "
-                           f"measured: {', '.join(untested)}; they are in neither the ranking's figures nor the fix set")
+    found.notes += _budget_notes(found, budget)
     found.parts.sort(key=lambda p: (not p.restore, -found.score(p)))  # stable: equal shares keep the model's order
     _fix(found, scorer, dataset, verify, every_part=parts is None, limit=limit, fix_budget=fix_budget, changed=changed)
     found.hybrids = scorer.runs
@@ -425,6 +501,28 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
         figures = scorer.pair.reuse_figures()
         found.reuse = {**figures, "every": reuse_every, "items": scorer.runs * figures["scoring"]}
     return found
+
+
+def _budget_notes(found: Blame, budget: int | None) -> list[str]:
+    """What the budget left unmeasured, as the table marks it: the parts measured in neither direction (no figures,
+    not in the fix set), and those measured in one only (no share in the other)."""
+    untested = [p for p in found.parts if p.searched == "untested"]
+    ended = f"the budget of {budget} hybrids (--budget) ended before"
+    notes = []
+    unmeasured = [p.part.name for p in untested if not p.restore and not p.damage]
+    if unmeasured:
+        notes.append(f"{ended} {len(unmeasured)} changed part(s) were measured: {', '.join(unmeasured)}; they are in "
+                     "neither the ranking's figures nor the fix set")
+    doing = {RESTORE: "restored in the candidate", DAMAGE: "damaging the original"}
+    for measured, missing in ((RESTORE, DAMAGE), (DAMAGE, RESTORE)):
+        names = [p.part.name for p in untested if getattr(p, measured) and not getattr(p, missing)]
+        if names:
+            one = len(names) == 1
+            # the fix set's first step reads the parts' own restore hybrids: a part without one is not in it
+            outside = "" if measured == RESTORE else f", and {'it is' if one else 'they are'} not in the fix set"
+            notes.append(f"{ended} {', '.join(names)} {'was' if one else 'were'} measured {doing[missing]}: the table "
+                         f"shows {'its' if one else 'their'} figures {doing[measured]} alone, no {missing} share{outside}")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -578,8 +676,9 @@ def _fix(found: Blame, scorer: Scorer, dataset: Dataset, verify: bool, every_par
                            f"({len(found.fix_set)} parts kept, {left} in question not tried with them): a larger budget "
                            f"({flag}) may find more")
     elif not found.fixed:
+        measured = sum(bool(p.restore or p.damage) for p in found.parts)
         found.notes.append(f"with every part that restores or causes any far drift kept ({len(found.fix_set)} of "
-                           f"{len(found.parts)} measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
+                           f"{measured} measured), a blamed row still fails: the rest of the damage lies {elsewhere}")
     cleared = sum(p.searched == "cleared" for p in found.parts)
     if not found.fixed and cleared:
         found.notes.append(f"the group search cleared {cleared} parts in groups that moved the far drift by less than "

@@ -29,9 +29,11 @@ from pytest_longctx.backends.hybrids.parts import (
     ORIGINAL,
     Cost,
     Part,
+    as_reference,
     check_granularity,
     check_tensors,
     grouped,
+    non_finite_kind,
     other_side,
     part_name,
 )
@@ -82,6 +84,15 @@ class GGUFFile:
         """Tensor name -> its shape as GGUF stores it (innermost dimension first)."""
         return {name: tuple(int(n) for n in t.shape) for name, t in self.tensors.items()}
 
+    def tokenizer_keys(self) -> set[str]:
+        """The metadata keys of the file's tokenizer: its vocabulary, merges, token types and special tokens (its chat
+        template aside, which the reads do not tokenize by)."""
+        return {key for key in self.reader.fields if key.startswith("tokenizer.ggml.")}
+
+    def value(self, key: str) -> Any:
+        field = self.reader.fields.get(key)
+        return None if field is None else field.contents()
+
     def type_of(self, name: str) -> str:
         return self.tensors[name].tensor_type.name
 
@@ -127,7 +138,9 @@ class GGUFPair:
                  work_dir: str | None = None):
         self.names = names or (original, candidate)
         self.work_dir = work_dir  # where hybrids are written (--work-dir; None: the system's temporary folder)
-        self.files = {ORIGINAL: GGUFFile(checked_file(original), "--reference", self.names[0]),
+        with as_reference():
+            original_file = checked_file(original)
+        self.files = {ORIGINAL: GGUFFile(original_file, "--reference", self.names[0]),
                       CANDIDATE: GGUFFile(checked_file(candidate), "--model", self.names[1])}
         self.settings = dict(zip((ORIGINAL, CANDIDATE), settings))
         mine, theirs = self.files[ORIGINAL], self.files[CANDIDATE]
@@ -135,8 +148,16 @@ class GGUFPair:
             raise LongctxError(f"--reference {self.names[0]} is a GGUF of a {mine.architecture} model, --model {self.names[1]} "
                                f"of a {theirs.architecture} one: blame takes two GGUF files of one model")
         check_tensors(mine.shapes(), theirs.shapes(), *self.names, "two GGUF files")
+        differs = next((key for key in sorted(mine.tokenizer_keys() | theirs.tokenizer_keys())
+                        if mine.value(key) != theirs.value(key)), None)
+        if differs:
+            raise LongctxError(f"--model {self.names[1]}: tokenizes otherwise than --reference {self.names[0]} (its "
+                               f"{differs} differs): blame reads the original, the candidate and every hybrid of the two "
+                               "with the candidate's tokenizer, so the two must tokenize alike; blame the candidate against "
+                               "the original it was made from")
         self.candidate = LlamaCppBackend.load(str(theirs.path), self.settings[CANDIDATE], name=self.names[1])
         self.tokenizer = self.candidate.tokenizer  # the GGUF's own; a hybrid holds its base's metadata, the same tokenizer
+        self.tokenizers = (self.tokenizer, self.tokenizer)  # the original's metadata holds the same tokenizer (above)
 
     @property
     def cache_differs(self) -> bool:
@@ -159,6 +180,20 @@ class GGUFPair:
         mine, theirs = self.files[ORIGINAL].tensors, self.files[CANDIDATE].tensors
         return all(mine[n].tensor_type == theirs[n].tensor_type and np.array_equal(mine[n].data, theirs[n].data)
                    for n in part.parameters)
+
+    def non_finite(self, side: str) -> dict[str, str]:
+        """Each tensor read back to floats by the ``gguf`` package (a type it cannot read is not checked)."""
+        from gguf.quants import dequantize
+
+        found = {}
+        for name, tensor in self.files[side].tensors.items():
+            try:
+                values = dequantize(tensor.data, tensor.tensor_type)
+            except NotImplementedError:
+                continue
+            if not np.isfinite(values).all():
+                found[name] = non_finite_kind(bool(np.isnan(values).any()), bool(np.isinf(values).any()))
+        return found
 
     def start(self, base: str, taken: Sequence[Part]) -> int:
         return 0  # see hybrid

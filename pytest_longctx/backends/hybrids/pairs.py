@@ -6,11 +6,9 @@ from typing import Sequence
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.hybrids.gguf import load_pair
-from pytest_longctx.backends.hybrids.parts import Pair
+from pytest_longctx.backends.hybrids.parts import Pair, as_reference
 from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.errors import LongctxError
-
-PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
 
 
 def load_models(backend: str, reference: str, model: str, dtype: str = "auto", device: str = "auto",
@@ -22,9 +20,12 @@ def load_models(backend: str, reference: str, model: str, dtype: str = "auto", d
     ``reference_options`` over ``options`` for the original, hybrids written in ``work_dir``)."""
     if backend == "llama.cpp":
         return load_pair(reference, model, options, reference_options, work_dir)
-    original, candidate = (load_backend(name, "hf", dtype, device, options, trust_remote_code)[0] for name in (reference, model))
+    with as_reference():
+        original = load_backend(reference, "hf", dtype, device, options, trust_remote_code)[0]
+    candidate = load_backend(model, "hf", dtype, device, options, trust_remote_code)[0]
     if candidate.context_compression:
         raise LongctxError(f"--backend-option kv-cache: blame compares the parts of two models' weights, and "
                            f"{candidate.context_compression} changes how a model keeps its context, not its weights; leave it out")
     return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model),
-                         (original.weights_fingerprint(), candidate.weights_fingerprint()))
+                         (original.weights_fingerprint(), candidate.weights_fingerprint()),
+                         (original.tokenizer, candidate.tokenizer))

@@ -19,14 +19,17 @@ checkpoints in place, gguf.py writes GGUF files for llama.cpp; pairs.py loads ei
 """
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Mapping, Protocol, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.table import GRANULARITIES
 
-GRANULARITIES = ("layer", "block", "tensor")
 ORIGINAL, CANDIDATE = "original", "candidate"  # the two sides of a pair, as Pair.hybrid names its base
+MODEL_FLAG = re.compile(r"--model\b")
 
 
 def other_side(base: str) -> str:
@@ -58,6 +61,7 @@ class Pair(Protocol):
 
     names: tuple[str, str]  # how the original and the candidate are named (--reference, --model)
     tokenizer: Any  # the candidate's (None: ids mode only)
+    tokenizers: tuple[Any, Any]  # the original's and the candidate's own, to compare (None: none, or not loaded)
 
     def parts(self, granularity: str) -> list[Part]:
         """The parts at ``granularity``, in the model's order."""
@@ -68,6 +72,10 @@ class Pair(Protocol):
     def unchanged(self, part: Part) -> bool:
         """The compression left ``part`` as it was: the same values, stored the same way, on both
         sides (a hybrid taking it computes what its base computes)."""
+
+    def non_finite(self, side: str) -> dict[str, str]:
+        """The tensors ``side`` (ORIGINAL or CANDIDATE) holds with values that are not finite, each with what
+        it holds: ``NaN``, ``inf`` or ``NaN and inf``."""
 
     def hybrid(self, base: str, taken: Sequence[Part], label: str, reuse: bool = False) -> ContextManager[Backend]:
         """A backend reading ``base`` (ORIGINAL or CANDIDATE) with ``taken`` from the other side,
@@ -121,6 +129,21 @@ def select_parts(parts: Sequence[Part], names: Iterable[str] | None, granularity
         shown = ", ".join(p.name for p in parts[:8]) + (f", … ({len(parts)} in all)" if len(parts) > 8 else "")
         raise LongctxError(f"--parts {unknown[0]}: no such part at --granularity {granularity}; the parts are {shown}")
     return [p for p in parts if p.name in wanted]
+
+
+@contextmanager
+def as_reference() -> Iterator[None]:
+    """The backends' loaders name the model they load ``--model``: loading the original, their errors name
+    ``--reference``, the flag that gave it."""
+    try:
+        yield
+    except LongctxError as exc:
+        raise LongctxError(MODEL_FLAG.sub("--reference", str(exc))) from None
+
+
+def non_finite_kind(nan: bool, inf: bool) -> str:
+    """What a tensor holds that is not finite, as ``Pair.non_finite`` says it ("" where it is finite)."""
+    return " and ".join(kind for kind, held in (("NaN", nan), ("inf", inf)) if held)
 
 
 def _shape(shape: Sequence[int]) -> str:

@@ -37,6 +37,7 @@ from pytest_longctx.backends.hybrids.parts import (
     check_granularity,
     check_tensors,
     grouped,
+    non_finite_kind,
     other_side,
     part_name,
 )
@@ -131,6 +132,20 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
     shapes = [{n: tuple(p.shape) for n, p in quantized.model_parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
+
+
+def non_finite(model: Any) -> dict[str, str]:
+    """The parameters of ``model`` holding NaN or inf, each with what it holds (``parts.non_finite_kind``); a
+    parameter held as its library runs it (``stored``: packed integers) or not loaded (on the meta device) is
+    not read."""
+    import torch
+
+    found = {}
+    for name, parameter in quantized.model_parameters(model).items():
+        if stored(parameter) or parameter.device.type == "meta" or bool(torch.isfinite(parameter.data).all()):
+            continue
+        found[name] = non_finite_kind(bool(torch.isnan(parameter.data).any()), bool(torch.isinf(parameter.data).any()))
+    return found
 
 
 def _dtypes(tensors: Iterable[Any]) -> str:
@@ -366,9 +381,10 @@ class StateDictPair:
     """Two loaded transformers models of one architecture (checked) as a ``Pair``: hybrids in place."""
 
     def __init__(self, original: Any, candidate: Any, tokenizer: Any, names: tuple[str, str] = ("original", "candidate"),
-                 fingerprints: tuple[str, str] | None = None):
+                 fingerprints: tuple[str, str] | None = None, tokenizers: tuple[Any, Any] | None = None):
         """``fingerprints``: each model's weights fingerprint as loaded, where known (else computed here, before
-        any hybrid reads): a hybrid's is made of them, never from its state_dict (``hybrid``)."""
+        any hybrid reads): a hybrid's is made of them, never from its state_dict (``hybrid``). ``tokenizers``: the
+        original's and the candidate's own, as loaded (None: ``tokenizer`` is both's)."""
         self.swapped = stored_layers(original, candidate)
         check_compatible(original, candidate, *names, swapped=self.swapped)
         check_not_recast(original, candidate, *names, self.swapped)
@@ -379,6 +395,7 @@ class StateDictPair:
         self.sizes = [{n: stored_bytes(p) for n, p in quantized.model_parameters(model).items()} for model in (original, candidate)]
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
+        self.tokenizers = tokenizers or (tokenizer, tokenizer)
         self.boundaries: dict[str, Boundaries] = {}  # each side's, once recorded
         self.differing: set[str] | None = None  # the tensors that differ between the sides (``changed``), once compared
 
@@ -401,6 +418,9 @@ class StateDictPair:
 
     def unchanged(self, part: Part) -> bool:
         return not self.changed().intersection(part.parameters)
+
+    def non_finite(self, side: str) -> dict[str, str]:
+        return non_finite(self.models[side])
 
     def changed(self) -> set[str]:
         """The candidate's tensors that are not the original's: other values or dtype, or in a layer swapped whole;
