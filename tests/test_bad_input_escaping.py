@@ -271,7 +271,7 @@ def test_an_error_line_naming_the_item_stays_one_line(gate, capsys, tmp_path):
     code = main(["compare", str(baseline), str(gate.out)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "\x1b" not in err
-    assert f"has no scores for facts/2k/{shown(ITEM_ID)};" in err
+    assert f"has no scores for facts/2k/{shown(ITEM_ID)} (" in err
 
 
 def test_the_results_json_keeps_the_text_exactly(gate):

@@ -53,7 +53,9 @@ def test_the_console_script_reports_errors_in_one_line(data_dir, tmp_path):
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("longctx: error: --model no-such-org/no-such-model: cannot load it")
+    assert lines == ["longctx: error: --model no-such-org/no-such-model: HF_HUB_OFFLINE=1 (offline), and the Hugging Face cache "
+                     "does not hold this model; download it where there is a network (or unset the variable), or give its "
+                     "local folder"]
 
 
 class NaNBackend:

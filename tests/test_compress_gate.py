@@ -86,7 +86,7 @@ def test_a_compressor_that_raises_fails_its_item_only(pytester, sessions_dir):
 
 
 def test_bad_options_are_usage_errors_in_one_line(pytester, sessions_dir):
-    for args, expected in ((("--longctx-knob=nonsense",), "--longctx-knob 'nonsense': expected NAME=VALUE"),
+    for args, expected in ((("--longctx-knob=nonsense",), "--longctx-knob 'nonsense': expected KEY=VALUE"),
                            (("--longctx-knob=size=3",), "compressor last_tokens: unknown knob size; it takes tokens")):
         result = gate(pytester, sessions_dir, "last_tokens", *args)
         assert result.ret == 4 and expected in result.stderr.str()

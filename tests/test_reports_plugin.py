@@ -65,7 +65,11 @@ def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
     assert set(table) == set(results["rows"])
     for name, value in results["rows"].items():
         _, baseline, model, _, _, word = table[name]
-        assert (baseline, model, word) == (f"{results['baseline_rows'][name]:.3f}", f"{value:.3f}", verdicts[name]["verdict"])
+        # a row's word is that of all its checks, naming those that fail: its value's and its drift's
+        checks = [verdicts[name], verdicts.get(f"{name}: drift at far reads")]
+        failed = ["drift" if v["metric"] == "kl" else v["metric"] for v in checks if v and v["verdict"] == "FAIL"]
+        expected = f"FAIL ({', '.join(failed)})" if failed else verdicts[name]["verdict"]
+        assert (baseline, model, word) == (f"{results['baseline_rows'][name]:.3f}", f"{value:.3f}", expected)
     # the drift table: one line per row with drift figures, its check's verdict and the damage kind
     drift_table = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in drift.splitlines()
                    if line.startswith("| ") and not line.startswith(("| row ", "| :---"))}
@@ -73,7 +77,8 @@ def test_the_step_summary_gets_the_headline_table_and_the_failing_cells(gate):
     for name, found in results["drift"].items():
         check = verdicts.get(f"{name}: drift at far reads")
         fails = "FAIL" in (verdicts[name]["verdict"], check["verdict"] if check else "")
-        assert drift_table[name][-2:] == [check["verdict"] if check else "-", (found["kind"] or "n/a") if fails else "-"]
+        kind = {"none": "not located by drift", "": "n/a", None: "n/a"}.get(found["kind"], found["kind"])
+        assert drift_table[name][-2:] == [check["verdict"] if check else "-", kind if fails else "-"]
     failing_cells = {v["key"] for v in results["verdicts"]
                      if v["verdict"] == "FAIL" and v["label"] not in results["rows"] and v["metric"] != "kl"}
     listed = [line for line in failing.splitlines() if line.startswith("- ")]
@@ -153,7 +158,7 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
     from pytest_longctx.reports.plots import BASELINE_COLOUR
 
     shot = tmp_path / "report.png"
-    chromium(tmp_path, "--window-size=1200,1400", f"--screenshot={shot}", url)
+    chromium(tmp_path, "--window-size=1200,2000", f"--screenshot={shot}", url)
     pixels = imread(shot)[..., :3] * 255  # the baseline's bars, drawn by the browser from the inline SVG
     colour = [int(BASELINE_COLOUR[i:i + 2], 16) for i in (1, 3, 5)]
     assert (abs(pixels - colour).max(axis=-1) <= 3).sum() > 1000
@@ -161,9 +166,10 @@ def test_a_browser_renders_the_html_report_tables_and_plots(gate, tmp_path):
 
 def test_a_gate_that_cannot_judge_says_so_in_its_summary(pytester, data_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    summary = tmp_path / "summary.md"
+    summary, model = tmp_path / "summary.md", tmp_path / "never-loaded"
+    model.mkdir()  # a folder: the gate checks the model is there before anything, and never loads it without a baseline
     result = pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "--longctx-model=never-loaded", f"--longctx-data={data_dir}", "--longctx-lengths=2k",
+        "-p", "no:cacheprovider", f"--longctx-model={model}", f"--longctx-data={data_dir}", "--longctx-lengths=2k",
         f"--longctx-baseline={tmp_path / 'none.json.gz'}", f"--longctx-markdown={summary}")
     assert result.ret == 1
     lines = summary.read_text().splitlines()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
+from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError, first_line, without_credentials
@@ -35,6 +36,8 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     ``kv-press`` option.
     """
     settings = backend_options(options)
+    if backend in MODEL_BACKENDS:
+        check_model(model)  # a typo of an alias, a missing path, an uncached hub id offline: one line before any loading
     if kv_press:
         if backend != "hf":
             raise LongctxError(f"--kv-press {kv_press}: kvpress's presses run in the transformers backend (--backend hf), "

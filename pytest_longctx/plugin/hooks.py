@@ -19,6 +19,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.options import GateOptions, read_options
 from pytest_longctx.gate.session import Case, GateSession
 from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
+from pytest_longctx.options.table import PYTEST, taken_by
 from pytest_longctx.reports.format import visible
 
 
@@ -99,6 +100,18 @@ class Watch:
         return None
 
 
+class NotRun:
+    """The gate's options were given but no gate was named: the summary says the gate did not run."""
+
+    def __init__(self, given: list[str]):
+        self.given = given
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.section("longctx")
+        terminalreporter.write_line(f"longctx: the gate did not run: {', '.join(self.given)} given without --longctx-model "
+                                    "(or --longctx-compressor), which names what to gate; nothing was judged", yellow=True)
+
+
 GATE_NODEID = "longctx"  # the generated tests' module
 # the exit statuses after which pytest writes its terminal summary (and so the gate's)
 SUMMARY_STATUSES = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED,
@@ -126,6 +139,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "with --longctx-compressor")
         if config.getoption("longctx_blame", None):
             raise pytest.UsageError("--longctx-blame: blames a failing model gate; name the model with --longctx-model")
+        given = [o.plugin_flag for o in taken_by(PYTEST) if config.getoption(o.plugin_dest, None) not in (None, False, [])]
+        if given:  # the run passes without the gate: the summary says so
+            config.pluginmanager.register(NotRun(given), "longctx-not-run")
         return
     try:
         options = read_options(config.getoption, config.getini, config.inipath)
@@ -175,6 +191,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     module = GateModule.from_parent(session, path=Path(run.tests.__file__), nodeid=GATE_NODEID)
     # the functions whose kind has no case are left out
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
+    # reported as collected (the terminal said "collected 0 items" before running them all)
+    config.hook.pytest_collectreport(report=pytest.CollectReport(module.nodeid, "passed", None, generated))
     if run.gate_session.options.only and items:
         config.hook.pytest_deselected(items=list(items))
         items.clear()

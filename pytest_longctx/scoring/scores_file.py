@@ -463,13 +463,29 @@ def check_fits(reference: ScoresFile, mode: str, tokenizer: str, needed: dict[tu
             f"{name}: scored in {reference.mode} mode, this run is in {mode} mode; the rules configs need the "
             f"model and its reference in the same mode: pass --mode {reference.mode} or recreate the reference"
         )
+    check_coverage(reference, needed, what)
+
+
+def check_coverage(reference: ScoresFile, needed: dict[tuple[str, str, str], str], what: str = "reference scores") -> None:
+    """Refuse a reference that lacks some of the ``needed`` items (item -> fingerprint), or holds one
+    scored on other data: one line, saying how many of each config and length it lacks and how many it
+    holds (a baseline made with a smaller --limit), or which item is stale. It needs no model: the gate
+    checks it before anything is loaded."""
+    name = f"{what} {reference.path or ''}".strip()
+    lacking = [key for key in needed if reference.scores.get(key[0], {}).get(key[1], {}).get(key[2]) is None]
+    if lacking:
+        parts = []
+        for config, length in dict.fromkeys((c, n) for c, n, _ in lacking):
+            count = sum(1 for c, n, _ in lacking if (c, n) == (config, length))
+            wanted = sum(1 for c, n, _ in needed if (c, n) == (config, length))
+            held = len(reference.scores.get(config, {}).get(length, {}))
+            parts.append(f"{config} {length}: {count} of the {wanted} selected, it holds {held}")
+        raise LongctxError(f"{name}: has no scores for {'/'.join(lacking[0])}"
+                           + (f" and {len(lacking) - 1} more" if len(lacking) > 1 else "") + f" ({'; '.join(parts)}); "
+                           "select what it was made on (the same or a narrower --sets, --lengths, --limit), or recreate it "
+                           "on this selection")
     for (config, length, item_id), fingerprint in needed.items():
-        stored = reference.scores.get(config, {}).get(length, {}).get(item_id)
-        if stored is None:
-            raise LongctxError(
-                f"{name}: has no scores for {config}/{length}/{item_id}; recreate it on the same data and "
-                "selection (or a superset: --sets, --lengths, --limit)"
-            )
+        stored = reference.scores[config][length][item_id]
         if stored.fingerprint != fingerprint:
             raise LongctxError(
                 f"{name}: {config}/{length}/{item_id} was scored on different data (item fingerprint "
