@@ -145,3 +145,26 @@ def test_the_same_weights_under_another_config_are_not_served_from_the_cache(qwe
     assert cache.hits == 0 and cache.misses > 0
     assert second == flat(engine.run(local, plans))  # what the windowed model computes, not the first one's answers
     assert second != first
+
+
+def test_a_gate_of_the_model_its_baseline_was_made_from_is_answered_from_the_cache(qwen_model, qwen_tokenizer, data_dir, tmp_path):
+    """Making a baseline, then gating the same model against it, cost the same twice: the gate's reads also
+    ask for the baseline's most likely tokens, which keyed other requests. The cache keys a request by
+    its tokens and read positions and answers it wherever it kept every token asked (the top-k it kept
+    among them); the answers are those of an uncached run."""
+    from pytest_longctx.scoring.pipeline import score_items
+
+    dataset = load_dataset(data_dir, sets=["facts", "tool_calls"], lengths=["2k"])
+    backend = CountingBackend(qwen_model, qwen_tokenizer, name="my-org/model")
+    baseline = score_items(backend, qwen_tokenizer, dataset, "ids", progress=False, cache=ScoreCache.for_backend(backend, tmp_path))
+    assert baseline.has_drift
+    made = CountingBackend.sessions
+    cache = ScoreCache.for_backend(backend, tmp_path)
+    gated = score_items(backend, qwen_tokenizer, dataset, "ids", progress=False, cache=cache, reference=baseline)
+    assert cache.hits > 0 and cache.misses == 0 and CountingBackend.sessions == made  # nothing ran
+    fresh = score_items(backend, qwen_tokenizer, dataset, "ids", progress=False, reference=baseline)
+    assert gated.to_json()["scores"] == fresh.to_json()["scores"]
+    changed = CountingBackend(perturbed(qwen_model, 0.3), qwen_tokenizer, name="my-org/model")
+    other = ScoreCache.for_backend(changed, tmp_path)
+    score_items(changed, qwen_tokenizer, dataset, "ids", progress=False, cache=other, reference=baseline)
+    assert other.hits == 0  # another model's answers are never served

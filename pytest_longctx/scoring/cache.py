@@ -90,10 +90,13 @@ class ScoreCache:
         self.db = None
 
     def key(self, request: Request, top_k: int = 0) -> str:
-        """The request's key; answers with the top-k tokens are kept apart from those without."""
+        """The request's key: its tokens and the positions it reads, not which tokens it reads there (a
+        gate asks at each read for its baseline's most likely tokens besides the target's, a baseline
+        update for the target's alone: the same forward pass). Answers with the top-k tokens are kept
+        apart from those without."""
         digest = hashlib.sha256(self.identity.encode())
         digest.update(request.ids.astype("<i8").tobytes())
-        digest.update(repr(sorted((i, sorted(t)) for i, t in request.reads.items())).encode())
+        digest.update(repr(sorted(request.reads)).encode())
         if request.context:  # under a KV-cache press: where the compressed context ends
             digest.update(f"context={request.context}".encode())
         if top_k:
@@ -101,6 +104,8 @@ class ScoreCache:
         return digest.hexdigest()
 
     def get(self, request: Request, top_k: int = 0) -> Answers | None:
+        """The kept answers of ``request``, when they hold every token it reads at each position (among
+        the tokens read before, or the top-k kept there); else None, and the request is computed again."""
         if self.db is None:
             return None
         try:
@@ -108,15 +113,17 @@ class ScoreCache:
         except sqlite3.Error as exc:
             self._broken(exc)
             return None
-        if row is None:
+        answers: Answers = {}
+        for i, (top1, lps, *rest) in (json.loads(row[0]).items() if row is not None else ()):  # before top-k: (top1, logprobs)
+            top = rest[0] if rest else None
+            known = {int(t): _from_json(lp) for t, lp in lps.items()}
+            if top is not None:
+                known.update({t: _from_json(lp) for t, lp in zip(top[0], top[1]) if t not in known})
+            answers[int(i)] = (top1, known, None if top is None else (top[0], [_from_json(lp) for lp in top[1]]))
+        if row is None or any(i not in answers or not tokens <= answers[i][1].keys() for i, tokens in request.reads.items()):
             self.misses += 1
             return None
         self.hits += 1
-        answers: Answers = {}
-        for i, (top1, lps, *rest) in json.loads(row[0]).items():  # written before top-k: (top1, logprobs)
-            top = rest[0] if rest else None
-            answers[int(i)] = (top1, {int(t): _from_json(lp) for t, lp in lps.items()},
-                               None if top is None else (top[0], [_from_json(lp) for lp in top[1]]))
         return answers
 
     def put(self, request: Request, answers: Answers, top_k: int = 0) -> None:
