@@ -82,6 +82,18 @@ def test_the_gate_reads_as_transformers_fp8_cache_run_by_hand(model):
     assert max(abs(a - b) for g, p in zip(gate, plain) for a, b in zip(g, p)) > 1e-4  # fp8 did move the reads
 
 
+def test_reads_under_the_fp8_cache_use_no_deprecated_argument(model):
+    """Every read under the fp8 cache warned that past_key_values is deprecated (removed in transformers
+    5.40, inside the range the package allows): the backend passes the cache by the keyword the model's
+    forward takes."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _gate(_backend(model, "fp8"))
+    assert [str(w.message) for w in caught if "past_key_values" in str(w.message)] == []
+
+
 def test_describe_names_the_cache_and_keeps_its_answers_apart(model):
     plain, fp8 = _backend(model).describe(), _backend(model, "fp8").describe()
     assert fp8["kv_cache"] == "quantized KV cache fp8" and "kv_cache" not in plain
@@ -161,21 +173,22 @@ def test_a_baseline_made_under_the_fp8_cache_is_named_as_compressed_in_every_rep
     stored = json.loads(gzip.decompress(baseline.read_bytes()))["meta"]["judged"]
     assert stored["kv_cache"] == "quantized KV cache fp8" and stored["compressed"] == ["KV cache fp8"]
     compressed = "the baseline was itself made under compression (KV cache fp8)"
-    for setting, candidate, itself in ((["--longctx-backend-option=kv-cache=fp8"], "KV cache fp8", True), ([], "uncompressed", False)):
-        reports = {name: tmp_path / f"{candidate}.{name}" for name in ("md", "html", "xml", "json")}
+    for setting, candidate, itself in ((["--longctx-backend-option=kv-cache=fp8"], "KV cache fp8", True), ([], "", False)):
+        reports = {name: tmp_path / f"{candidate or 'plain'}.{name}" for name in ("md", "html", "xml", "json")}
         result = pytester.runpytest_inprocess(*common, *setting, f"--longctx-markdown={reports['md']}",
                                               f"--longctx-html={reports['html']}", f"--junitxml={reports['xml']}",
                                               f"--longctx-out={reports['json']}")
         assert result.ret == 0, result.stdout.str()[-3000:]  # the same numbers, or a plain model next to an fp8 cache: a verdict
         head = next(line for line in result.stdout.lines if line.startswith("longctx gate: "))
-        assert head.startswith(f"longctx gate: {folder} ({candidate}), float32 on cpu against baseline {baseline}: "
+        shown = f" ({candidate})" if candidate else ""
+        assert head.startswith(f"longctx gate: {folder}{shown}, float32 on cpu against baseline {baseline}: "
                                f"{folder} (KV cache fp8), float32 on cpu")
         assert ("(the baseline's own model and setup" in head) is itself
-        warned = f"longctx: warning: {compressed}: the candidate ({candidate}) is judged against a compressed reference"
+        warned = f"longctx: warning: {compressed}: the candidate ({candidate or 'uncompressed'}) is judged against a compressed reference"
         assert warned in result.stdout.str()
         for name in ("md", "html"):
             text = reports[name].read_text()
-            assert f"({candidate})" in text and "(KV cache fp8)" in text and compressed in text, name
+            assert "(KV cache fp8)" in text and compressed in text, name
         properties = {p.get("name"): p.get("value") for p in ET.parse(reports["xml"]).iter("property")}
         assert properties["longctx.baseline_compressed"] == "KV cache fp8"
         assert properties["longctx.kv_cache"] == ("quantized KV cache fp8" if itself else "")

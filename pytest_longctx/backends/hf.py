@@ -456,6 +456,12 @@ def smollm2_folder() -> str:
     return str(folder)
 
 
+def cache_kwarg(module: Any) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` in the transformers that deprecate
+    ``past_key_values`` (every read under an fp8 cache warned of it), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 class TransformersBackend:
     """Scores a loaded ``transformers`` causal LM; see the module docstring."""
 
@@ -470,8 +476,7 @@ class TransformersBackend:
         self.chunk_size = chunk_size
         self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
         self.device = input_device(model)
-        forward = inspect.signature(model.forward).parameters
-        self.cache_kwarg = "cache" if "cache" in forward else "past_key_values"
+        self.cache_kwarg = cache_kwarg(model)
         self._fingerprint: str | None = fingerprint
         self.tokenizer_missing: str | None = None  # why there is no tokenizer, for the text mode's error
         self.recipe = recipe_file(model)  # the llm-compressor recipe saved beside its weights, if any
@@ -644,14 +649,14 @@ class TransformersReadSession:
         cache = DynamicCache() if backend.press is not None else backend.context_cache()
         try:
             with torch.inference_mode(), backend.press(backend.model) if backend.press is not None else contextlib.nullcontext():
-                backend.model.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+                backend.model.model(input_ids=input_ids, use_cache=True, **{cache_kwarg(backend.model.model): cache})
         except AssertionError as exc:  # kvpress asserts a context is long enough for the press (SnapKV's window, the sinks)
             if backend.press is None:
                 raise
             backend.uncompressed.setdefault(first_line(exc) or type(exc).__name__, []).append(len(ids))
             cache = DynamicCache()  # read exact, from the start: the press may have compressed some layers already
             with torch.inference_mode():
-                backend.model.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+                backend.model.model(input_ids=input_ids, use_cache=True, **{cache_kwarg(backend.model.model): cache})
         except (ValueError, RuntimeError) as exc:
             _press_failed(backend, exc, f"compress a context of {len(ids)} tokens")
         self.cache = cache
