@@ -121,9 +121,9 @@ class Drift:
         if kind == BOTH:
             return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} significantly more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
-        if not self.beyond(self.far):
-            return f"{kind} shown by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"
-        return f"{kind} shown by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
+        if not self.beyond(self.far):  # a failing row whose drift is within the threshold: the loss lies elsewhere
+            return f"not located by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"
+        return f"not located by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
 
 
 def _n(value: float | None) -> str:

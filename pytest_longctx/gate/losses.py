@@ -82,6 +82,11 @@ class ItemLoss:
         return self.loss is None or meets(self.loss, self.threshold, at_most=True)
 
     @property
+    def fall(self) -> float:
+        """How far its own metric fell below the baseline's (0 where it did not, or either is unknown)."""
+        return max(0.0, self.baseline - self.model) if self.baseline is not None and self.model is not None else 0.0
+
+    @property
     def verdict(self) -> str:
         return verdict_word(None if self.loss is None else self.passed)
 
@@ -163,6 +168,7 @@ def losses(model: ScoresFile | None, baseline: ScoresFile, sets: dict, baseline_
                             config, length, item_id, index, *found,
                             distance_tokens=record.targets[index].distance_tokens if record else None,
                             snippet=snippet(record, index) if record else None))
-    found_items.sort(key=lambda i: (i.loss is None, -(i.loss or 0.0), i.key))
+    # the items whose own metric fell the most first, as a failing row's message names them; then by what they lost in nats
+    found_items.sort(key=lambda i: (-i.fall, i.loss is None, -(i.loss or 0.0), i.key))
     found_targets.sort(key=lambda t: (-t.loss, t.where))
     return found_items, found_targets

@@ -26,7 +26,9 @@ def cell_key(config: str, length: str, placement: str, family: str) -> str:
 
 
 def item_key(config: str, length: str, item_id: str) -> str:
-    return f"{config}-{length}-{item_id}"
+    """``facts-8k-<id>``; an id that already starts so (the builtin's ``facts-8k-00``) is its own key."""
+    prefix = f"{config}-{length}-"
+    return item_id if item_id.startswith(prefix) else prefix + item_id
 
 
 def cell_metrics(thresholds: Thresholds, key: str, family: str, placement: str) -> dict[str, float]:
@@ -109,11 +111,27 @@ class Verdict:
     bound: float | None = None  # with alpha: the one-sided (1 - alpha) upper bound of the margin (model - threshold)
     at_most: bool = False  # the value must stay at or below the threshold (drift), not reach it
     damage: Drift | None = None  # the row's drift figures and damage kind, where known
+    floor: float | None = None  # the least value the metric can take (an accuracy's or a share's 0), where it has one
+
+    @property
+    def vacuous(self) -> bool:
+        """The threshold lies at or below any value the model can take: the check cannot fail (the
+        baseline leaves no more than the allowed drop to lose)."""
+        return not self.at_most and self.floor is not None and self.threshold <= self.floor
 
     @property
     def applicable(self) -> bool:
-        """n/a only when neither side has a value (e.g. a rules cell with no counted target)."""
-        return self.model is not None or self.baseline is not None
+        """n/a when neither side has a value (e.g. a rules cell with no counted target), or when the
+        check cannot fail."""
+        return (self.model is not None or self.baseline is not None) and not self.vacuous
+
+    def why_not_applicable(self, min_effect: float) -> str:
+        """Why the check is n/a, for the test that skips it."""
+        if self.vacuous:
+            return (f"the baseline's {self.metric} {number(self.baseline)} leaves no more than the allowed drop to lose "
+                    f"(threshold {self.threshold:g}): the check cannot fail")
+        return (f"no counted target (|eff_ref| >= {min_effect:g} nat)" if self.metric in ("retained", "follow")
+                else "no scored item")
 
     @property
     def within(self) -> bool:
@@ -277,12 +295,13 @@ def row_verdict(name: str, source: RowSource, model_sets: dict, baseline_sets: d
         threshold = (baseline if baseline is not None else 0.0) - drop
         rule = f"baseline - {drop:g}"
         losers = accuracy_losers(source, model_sets, baseline_sets)
-        verdict = Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers)
+        verdict = Verdict(key, name, "accuracy", model, baseline, threshold, rule, losers, floor=0.0)
         return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), drop, thresholds.alpha)
     metric, cell = source.metric, source.cell
     threshold = thresholds.get(key, metric)
     losers = rules_losers(model_sets, config, *cell) if cell is not None else []  # a worst case with no counted cell has none
-    verdict = Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers)
+    verdict = Verdict(key, name, metric, model, baseline, threshold, f"{metric} >= {threshold:g}", losers,
+                      floor=0.0 if metric == "follow" else None)
     if cell is None:
         return verdict
     return with_uncertainty(verdict, config, length, model_sets, baseline_sets, _row_items(source), None, thresholds.alpha)
@@ -297,7 +316,7 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
     return [
         with_uncertainty(
             Verdict(key, label, metric, model_cell[metric], base_cell[metric], value, f"{metric} >= {value:g}",
-                    rules_losers(model_sets, config, length, placement, family)),
+                    rules_losers(model_sets, config, length, placement, family), floor=0.0 if metric == "follow" else None),
             config, length, model_sets, baseline_sets, _in_cell(placement, family), None, thresholds.alpha)
         for metric, value in cell_metrics(thresholds, key, family, placement).items()
     ]

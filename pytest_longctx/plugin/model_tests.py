@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.data.records import config_kind
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.session import Case, GateSession
 from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
@@ -51,9 +50,7 @@ def _check(case: Case, run: GateSession, backend: Backend, progress: Any, record
         record_property(f"longctx.baseline_{verdict.metric}", verdict.baseline)
         record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not any(v.applicable for v in verdicts):
-        reason = (f"no counted target (|eff_ref| >= {run.options.thresholds.min_effect:g} nat)" if config_kind(case.config) == "rules"
-                  else "no scored item")
-        skip(f"{case.key}: {reason}, nothing to check")
+        skip(f"{case.key}: {verdicts[0].why_not_applicable(run.options.thresholds.min_effect)}, nothing to check")
     failed = [v for v in verdicts if not v.passed]
     if failed:
         fail(*(v.message() for v in failed))

@@ -147,6 +147,14 @@ def _notes(lines: Sequence[str]) -> str:
     return "".join(f'<p class="note">{escape(line)}</p>' for line in lines)
 
 
+def _warnings(lines: Sequence[str]) -> str:
+    """The run's warnings, folded under one line that counts them: the tables and plots stay in view."""
+    if not lines:
+        return ""
+    return (f'<details class="warnings"><summary>{len(lines)} warning{"s" if len(lines) != 1 else ""}</summary>'
+            f"{_notes(lines)}</details>")
+
+
 def html_report(comparison: Comparison) -> str:
     verdict = comparison.verdict
     failing, sets = tables.failing_lines(comparison), tables.set_metrics(comparison)
@@ -154,7 +162,7 @@ def html_report(comparison: Comparison) -> str:
         f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',
         f"<p>{escape(comparison.header)}; mode {escape(comparison.mode)}</p>",
         "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
-        _notes(comparison.notes), _notes([f"warning: {warning}" for warning in comparison.warnings]), "</header>",
+        _notes(comparison.notes), _warnings(comparison.warnings), "</header>",
         html_section("headline", "Headline rows", html_table(tables.headline(comparison), "headline-table")),
         html_section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
         if failing else "",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.gate.verdicts import DRIFT_LABEL
+from pytest_longctx.gate.drift import NONE
+from pytest_longctx.gate.verdicts import DRIFT_LABEL, FAIL, checks_word
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
 from pytest_longctx.scoring.identity import header, made_by
@@ -32,6 +33,17 @@ def mcnemar_text(verdict: Any) -> str:
     return f"-{verdict.lost} +{verdict.gained} p={verdict.p:.2g}"
 
 
+def row_word(evaluation: Any, verdict: Any) -> str:
+    """A headline row's verdict: that of all its checks (its value's and its drift's), naming the ones
+    that fail, ``FAIL (drift)``, so the table says what the row's test says."""
+    drift = drift_check(evaluation, verdict.label)
+    checks = [verdict] + ([drift] if drift is not None else [])
+    failed = [c for c in checks if c.applicable and not c.passed]
+    if failed:
+        return f"{FAIL} ({', '.join('drift' if c.metric == 'kl' else c.metric for c in failed)})"
+    return checks_word(checks)
+
+
 def gate_rows(evaluation: Any, columns: bool = False) -> list[list[str]]:
     """The cells of the gate table: one line per headline row. ``columns``: the interval and
     McNemar in columns of their own (the terminal); else the interval beside the delta."""
@@ -40,13 +52,11 @@ def gate_rows(evaluation: Any, columns: bool = False) -> list[list[str]]:
     for name, model in evaluation.rows.items():
         verdict = by_label[name]
         baseline = evaluation.baseline_rows.get(name)
-        change, interval = delta(model, baseline), interval_text(verdict)
+        change, interval, word = delta(model, baseline), interval_text(verdict), row_word(evaluation, verdict)
         if columns:
-            lines.append([name, number(baseline), number(model), change, verdict.needs, interval,
-                          mcnemar_text(verdict), verdict.word])
+            lines.append([name, number(baseline), number(model), change, verdict.needs, interval, mcnemar_text(verdict), word])
         else:
-            lines.append([name, number(baseline), number(model), f"{change} {interval}".strip(),
-                          verdict.needs, verdict.word])
+            lines.append([name, number(baseline), number(model), f"{change} {interval}".strip(), verdict.needs, word])
     return lines
 
 
@@ -76,8 +86,13 @@ def drift_rows(evaluation: Any) -> list[list[str]]:
         lines.append([name, number(found.far.kl), number(found.near.kl), number(found.control.kl), excess,
                       number(found.far.same_top1), number(found.far.dlogp),
                       check.needs if check else "-", check.word if check else "-",
-                      (evaluation.damage_kind(name) or NA) if name in failing else "-"])
+                      _damage_word(evaluation.damage_kind(name)) if name in failing else "-"])
     return lines
+
+
+def _damage_word(kind: str | None) -> str:
+    """A failing row's damage kind in the drift table: ``none`` said as what it means."""
+    return NA if kind is None else "not located by drift" if kind == NONE else kind
 
 
 def damage_lines(evaluation: Any) -> list[str]:
