@@ -304,5 +304,5 @@ def test_the_record_of_what_was_judged_names_what_compresses_the_model_and_its_c
 
     judged = Judged.from_meta({"model": "m", **meta})
     assert judged.compressions() == said
-    assert judged.describe().startswith(f"m ({'; '.join(said) if said else 'uncompressed'})")
+    assert judged.describe() == (f"m ({'; '.join(said)})" if said else "m") + (f", {meta['dtype']}" if "dtype" in meta else "")
     assert Judged.from_meta({"judged": judged.to_json()}) == judged  # as a file keeps it

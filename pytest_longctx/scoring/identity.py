@@ -76,7 +76,7 @@ class Judged:
         """``smollm2-135m (torchao int8 weight-only; KV cache fp8), float32 on cpu``: the same words in every report."""
         compressed = self.compressions()
         how = " ".join(filter(None, (self.dtype, f"on {self.device}" if self.device else "")))
-        return (f"{self.model or 'an unnamed model'} ({'; '.join(compressed) if compressed else 'uncompressed'})"
+        return (f"{self.model or 'an unnamed model'}" + (f" ({'; '.join(compressed)})" if compressed else "")
                 + (f", {how}" if how else ""))
 
     def same_setup(self, other: Judged) -> bool:
@@ -109,8 +109,13 @@ def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any]) -> Again
         warnings.append(f"the baseline is this model in {theirs.dtype}, this run in {mine.dtype}: a dtype change alone drifts by "
                         "rounding (docs/performance.md#dtypes); make the baseline in the candidate's dtype (--longctx-dtype) "
                         "to gate the model, not the rounding")
-    note = ("the baseline's own model and setup (the same weights, compressed alike): it is compared with itself, so nothing "
-            "compressed is judged" if mine.same_setup(theirs) else "")
+    if mine.same_setup(theirs):
+        note = "the baseline's own model and setup (the same weights, compressed alike): it is compared with itself"
+    elif (None not in (mine.weights, theirs.weights) and mine.weights != theirs.weights
+          and not mine.compressions() and not theirs.compressions()):
+        note = "its weights differ from the baseline's bit for bit, though neither loads a quantization"
+    else:
+        note = ""
     return Against(warnings, note)
 
 
