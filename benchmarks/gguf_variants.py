@@ -33,7 +33,7 @@ take a K-quant: the "Q2_K" file holds no 2-bit tensor.
     python benchmarks/gguf_variants.py --out variants --fixed-by blame.json
 
 instead makes the fix set of a ``longctx blame --backend llama.cpp --out blame.json`` as
-``longctx quantize --fixed-by blame.json`` does, named ``<original>-<type>-fixed.gguf`` in
+``longctx gguf-fix-set --fixed-by blame.json`` does, named ``<original>-<type>-fixed.gguf`` in
 ``--out``.
 """
 from __future__ import annotations
@@ -133,7 +133,7 @@ def main() -> None:
                              "as its llama-quantize command would")
     args = parser.parse_args()
     if args.fixed_by:
-        from pytest_longctx.cli.quantize import fix_set_command, fixed_by
+        from pytest_longctx.cli.gguf_fix_set import fix_set_command, fixed_by
 
         command = fix_set_command(str(args.fixed_by))
         stem = Path(command.original).name.removesuffix(".gguf").removesuffix("-f32")

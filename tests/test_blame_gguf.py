@@ -256,7 +256,7 @@ def test_longctx_quantize_makes_from_the_original_what_the_recipe_says(files, tm
         matched = [n for n in candidate.tensors if re.search(line.split("'")[1].rsplit("=", 1)[0], n)]
         assert matched and all(re.fullmatch(r"blk\.[023]\.(attn_v|ffn_down)\.weight", n) for n in matched), line
     (tmp_path / "blame.json").write_text(json.dumps({"fix_set": {"recipe": recipe}}))  # as longctx blame --out writes it
-    assert main(["quantize", "--fixed-by", str(tmp_path / "blame.json"), "--out", str(tmp_path / "fixed.gguf"),
+    assert main(["gguf-fix-set", "--fixed-by", str(tmp_path / "blame.json"), "--out", str(tmp_path / "fixed.gguf"),
                  "--threads", "2"]) == 0
     original = GGUFFile(files[0], "--reference", "o")
     write_hybrid(candidate, original, {n for p in kept for n in p.parameters}, tmp_path / "hybrid.gguf")
@@ -431,7 +431,7 @@ def test_hybrids_are_written_in_the_work_folder_which_sigterm_leaves_empty(files
 
 def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
     def refused(*args: str) -> str:
-        assert main(["quantize", *args]) == 2
+        assert main(["gguf-fix-set", *args]) == 2
         message = capsys.readouterr().err
         assert message.count("\n") == 1
         return message.removeprefix("longctx: error: ").strip()

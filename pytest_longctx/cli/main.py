@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from pytest_longctx.cli import blame, build, compare, compress_bench, quantize, score
+from pytest_longctx.cli import blame, build, compare, compress_bench, gguf_fix_set, score
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.reports.format import visible
@@ -25,10 +25,10 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="longctx", description="Long-context agent benchmark: score, compare, blame, quantize, build, validate, compress-bench."
+        prog="longctx", description="Long-context agent benchmark: score, compare, blame, gguf-fix-set, build, validate, compress-bench."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (score, compare, blame, quantize, build, compress_bench):
+    for command in (score, compare, blame, gguf_fix_set, build, compress_bench):
         command.register(sub)
     return parser
 

@@ -1,4 +1,4 @@
-"""``longctx quantize --fixed-by BLAME_JSON``: the fix set of a ``longctx blame --backend llama.cpp``
+"""``longctx gguf-fix-set --fixed-by BLAME_JSON``: the fix set of a ``longctx blame --backend llama.cpp``
 made from its original by llama.cpp's quantizer through llama-cpp-python, as the printed
 ``llama-quantize`` command would make it, for where that tool is not installed (docs/blame.md)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pytest_longctx.backends.llama_cpp.recipe import QuantizeCommand, parse_comm
 from pytest_longctx.backends.llama_cpp.settings import default_threads
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import QUANTIZE
+from pytest_longctx.options.table import GGUF_FIX_SET
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.scores_file import read_json_file
 
@@ -20,11 +20,11 @@ MAKE_IT = "give the --out file of a longctx blame --backend llama.cpp whose cand
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quantize", help="make a llama.cpp blame's fix set with llama.cpp's quantizer",
+    p = sub.add_parser("gguf-fix-set", help="write a llama.cpp blame's fix set as a GGUF file, with llama.cpp's quantizer",
                        description="Run the llama-quantize command of a llama.cpp blame's fix set (its --out file's "
                                    "fix_set.recipe) through llama-cpp-python's quantizer: the candidate's file type with "
                                    "the fix set's parts at the original's types.")
-    add_command_arguments(p, QUANTIZE)
+    add_command_arguments(p, GGUF_FIX_SET)
     p.set_defaults(run=run)
 
 
