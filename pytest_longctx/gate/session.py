@@ -79,6 +79,7 @@ class GateSession(Protocol):
     """The state of one gate over one pytest session."""
 
     options: GateOptions
+    warnings: list[str]  # what the summary and every report warn of (the front end may add its own)
 
     def cases(self) -> list[Case]:
         """Every test the gate generates for its data and options."""

@@ -2,6 +2,7 @@
 their keys (a row's: ``RowSource.key``), their verdicts, and the items that lost the most."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -322,6 +323,23 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
     ]
 
 
+def uncounted(config: str, length: str, metrics: dict[str, Any]) -> str | None:
+    """A warning when some of a rules set's placement x family cells hold no counted target (the baseline's
+    rule effect below --min-effect), so their checks are n/a: how many of its targets count, and how many
+    items would give every cell one at that rate."""
+    per_cell = [cell for by_family in metrics["cells"].values() for family, cell in by_family.items() if family != "all"]
+    if all(cell["counted"] for cell in per_cell):
+        return None
+    items = len(metrics["per_item"])
+    targets, counted = sum(cell["targets"] for cell in per_cell), sum(cell["counted"] for cell in per_cell)
+    said = (f"{config} {length}: {sum(1 for c in per_cell if not c['counted'])} of its {len(per_cell)} placement x family "
+            f"cells have no counted target (the baseline's rule effect >= the min effect), so their checks are n/a; "
+            f"{counted} of the {targets} targets of its {items} items count")
+    if not counted:
+        return f"{said}: more items (--longctx-limit) may count some, or this model barely follows the rules at this length"
+    return f"{said}: about {math.ceil(len(per_cell) * items / counted)} items would give every cell one at that rate"
+
+
 def too_small(verdict: Verdict) -> str | None:
     """A warning when the selection cannot detect the drop the check allows: its minimum
     detectable drop exceeds the allowed one (docs/metrics.md#uncertainty)."""
@@ -347,8 +365,11 @@ class Evaluation:
 
     @property
     def warnings(self) -> list[str]:
-        """Checks the selection is too small to gate (``too_small``), rows first."""
-        return [w for w in (too_small(v) for v in self.verdicts) if w]
+        """Checks the selection is too small to gate (``too_small``), rows first, then the rules configs whose
+        cells it leaves without a counted target (``uncounted``)."""
+        found = [w for w in (too_small(v) for v in self.verdicts) if w]
+        return found + [w for config, by_length in self.baseline_sets.items() if config_kind(config) == "rules"
+                        for length, metrics in by_length.items() if (w := uncounted(config, length, metrics))]
 
     def failing_rows(self) -> set[str]:
         """The rows with a failing check (the row's own, or its drift check)."""

@@ -50,6 +50,9 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
     options = longctx_run.options
     # what loading says (a first-run conversion, the loader's progress) reaches the terminal
     capture = request.config.pluginmanager.getplugin("capturemanager")
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None and not env_worker():
+        reporter.ensure_newline()  # past the test's "longctx " on its own line (was "longctx longctx: converting")
     try:
         with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
             backend, _ = load_backend(options.model, options.backend, options.dtype,

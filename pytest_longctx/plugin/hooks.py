@@ -146,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         options = read_options(config.getoption, config.getini, config.inipath)
         run = config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
+        run.gate_session.warnings.extend(_rootdir_taken_from_an_option(config))
         follow = run.follow_up(config)
     except LongctxError as exc:
         raise pytest.UsageError(visible(str(exc))) from None
@@ -158,6 +159,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run these tests on one pytest-xdist worker")
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
+
+
+def _rootdir_taken_from_an_option(config: pytest.Config) -> list[str]:
+    """pytest chooses its root folder before it knows the plugin's options, so a path given to one as a
+    separate word (``--longctx-baseline baselines/b.json.gz``) can become it, and the generated tests'
+    ids then read ``../longctx::...``: a warning naming the option and the one-word form."""
+    rootpath, here, given = config.rootpath, config.invocation_params.dir, list(config.invocation_params.args)
+    if config.inipath is not None or rootpath == here:
+        return []
+    found = []
+    for option in taken_by(PYTEST):
+        if option.value is not None and option.plugin_flag in given[:-1]:
+            value = given[given.index(option.plugin_flag) + 1]
+            if (here / value).resolve().is_relative_to(rootpath):
+                found.append(f"pytest took its root folder ({rootpath}) from {option.plugin_flag}'s value, given as a "
+                             f"separate word, so the gate's test ids read from there; give it as {option.plugin_flag}={value}")
+    return found[:1]
 
 
 def _case(item: pytest.Item) -> Case | None:

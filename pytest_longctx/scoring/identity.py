@@ -145,5 +145,11 @@ def advisory_differences(reference_meta: dict[str, Any], meta: dict[str, Any]) -
         return [f"backend: made by {made_by(reference_meta)} there, read by {made_by(meta)} here"] + \
             [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
              for key in ("dtype",) if reference_meta.get(key) != meta.get(key)]
-    return [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
-            for key in ADVISORY if reference_meta.get(key) != meta.get(key)]
+    found = [f"{key}: {reference_meta.get(key)} there, {meta.get(key)} here"
+             for key in ADVISORY if key != "versions" and reference_meta.get(key) != meta.get(key)]
+    theirs, mine = (m.get("versions") if isinstance(m.get("versions"), dict) else {} for m in (reference_meta, meta))
+    # a library only one side uses (torchao for a candidate it quantized) is what it is judged with, not a difference
+    changed = {name: (theirs[name], mine[name]) for name in theirs.keys() & mine.keys() if theirs[name] != mine[name]}
+    if changed:
+        found.append("versions: " + ", ".join(f"{name} {old} there, {new} here" for name, (old, new) in sorted(changed.items())))
+    return found
