@@ -29,9 +29,9 @@ from pytest_longctx.options.values import (
 )
 
 PYTEST = "pytest"  # the plugin: --longctx-<name>
-SCORE, COMPARE, BLAME, QUANTIZE, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "quantize", "build", "validate",
+SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "gguf-fix-set", "build", "validate",
                                                           "compress-bench")
-COMMANDS = (SCORE, COMPARE, BLAME, QUANTIZE, BUILD, VALIDATE, BENCH)
+COMMANDS = (SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
 
 # choices and defaults the features that implement them import from here
 MODES = ("auto", "ids", "text")
@@ -215,7 +215,7 @@ OPTIONS: tuple[Option, ...] = (
            doc="write the results JSON ([metrics.md](metrics.md#files))"),
     Option("out", "write the report here instead of to stdout", PATH, takes=(COMPARE,)),
     Option("out", "the GGUF file to write (default: fixed.gguf, as the command names it)", text("FILE"), "fixed.gguf",
-           takes=(QUANTIZE,)),
+           takes=(GGUF_FIX_SET,)),
     Option("out", "folder to write <config>/<length>-00000-of-00001.parquet and README.md into", FOLDER, takes=(BUILD,),
            required=True),
     Option("out", "write every point's metrics (with breakdowns) as JSON", PATH, takes=(BENCH,)),
@@ -271,11 +271,11 @@ OPTIONS: tuple[Option, ...] = (
                "removed (and llama.cpp's hold on it let go) as soon as it is read, and on SIGTERM; each is the "
                "size of its base file (default: the system's temporary folder, `$TMPDIR`)"),
     # ------------------------------------------------------------------ quantize, build, validate
-    Option("fixed-by", "the results JSON of longctx blame --backend llama.cpp", text("BLAME_JSON"), takes=(QUANTIZE,),
+    Option("fixed-by", "the results JSON of longctx blame --backend llama.cpp", text("BLAME_JSON"), takes=(GGUF_FIX_SET,),
            required=True),
     Option("original", "the original GGUF file (default: the file the command names, as blame was given it)",
-           text("FILE"), takes=(QUANTIZE,)),
-    Option("threads", "the quantizer's threads (default: every core this process may run on)", COUNT, takes=(QUANTIZE,)),
+           text("FILE"), takes=(GGUF_FIX_SET,)),
+    Option("threads", "the quantizer's threads (default: every core this process may run on)", COUNT, takes=(GGUF_FIX_SET,)),
     Option("seed", "the same seed gives the same bytes", INTEGER, DEFAULT_SEED, takes=(BUILD,)),
     Option("force", "build into a folder that is not empty, replacing its README.md and the parquet files built",
            takes=(BUILD,)),
