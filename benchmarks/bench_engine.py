@@ -22,7 +22,7 @@ a vLLM server the user started on it (``vllm-server`` with ``--vllm-server URL``
 ``llama_decode`` (the rest is the engine's overhead); for vLLM the requests and the prompt
 tokens it computed (those its prefix cache did not serve) against the distinct prefix
 tokens, the least an exact scorer computes. vLLM runs in its own environment
-(scripts/setup-vllm-venv.sh), where llama.cpp is not installed: compare them through hf,
+(scripts/setup-venv.sh DIR vllm), where llama.cpp is not installed: compare them through hf,
 which both environments have.
 
     python benchmarks/bench_engine.py --backends hf,vllm,vllm-prompt-rows,vllm-server --vllm-server http://127.0.0.1:8000/v1 --lengths 2k

@@ -3,7 +3,7 @@ compressed-tensors format vLLM serves), to gate with the transformers backend in
 environment (docs/backends.md#llm-compressor-checkpoints). llm-compressor pins an older
 transformers and compressed-tensors, so this runs in an environment of its own:
 
-    bash scripts/setup-llmcompressor-venv.sh .llmcompressor-venv
+    bash scripts/setup-venv.sh .llmcompressor-venv llmcompressor
     .llmcompressor-venv/bin/python benchmarks/llmcompressor_variants.py --out variants/llmcompressor
     .llmcompressor-venv/bin/python benchmarks/llmcompressor_variants.py --model smollm2-135m --text FILE --out OUT \\
         --only w4a16-g64,w8a8,w4a16-gptq-g64

@@ -12,7 +12,7 @@ saved as its library saves it, to gate with the transformers backend
   packing), which transformers runs through auto-round's kernels
 * ``gptq-gN``, ``awq-gN``: the same rounding exported by auto-round in the GPTQ and AWQ formats
   (``quant_method`` gptq, awq), which transformers runs through gptqmodel (an environment of its
-  own: scripts/setup-gptqmodel-venv.sh)
+  own: scripts/setup-venv.sh DIR gptqmodel)
 * ``bnb-nf4``, ``bnb-int8``: bitsandbytes nf4 (computed in float32) and LLM.int8(), through BitsAndBytesConfig
 * ``ct-w4a16-gN``: compressed-tensors W4A16 in groups of N (``pack-quantized``)
 * ``ct-w8a8``: compressed-tensors W8A8, int8 weights per channel, int8 activations dynamic per token

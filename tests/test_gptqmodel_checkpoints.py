@@ -2,7 +2,7 @@
 through gptqmodel, gated in gptqmodel's own environment (it pins numpy 2.2.6, older than the main
 environment's; issue 32):
 
-    bash scripts/setup-gptqmodel-venv.sh .gptqmodel-venv
+    bash scripts/setup-venv.sh .gptqmodel-venv gptqmodel
     LONGCTX_TEST_GPTQMODEL=1 .gptqmodel-venv/bin/python -m pytest tests/test_gptqmodel_checkpoints.py
 
 Elsewhere these tests skip, saying so; with LONGCTX_TEST_GPTQMODEL=1 a missing library fails them.
@@ -24,7 +24,7 @@ from conftest import needs, tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
 
-SETUP = ("bash scripts/setup-gptqmodel-venv.sh DIR, then LONGCTX_TEST_GPTQMODEL=1 DIR/bin/python -m pytest "
+SETUP = ("bash scripts/setup-venv.sh DIR gptqmodel, then LONGCTX_TEST_GPTQMODEL=1 DIR/bin/python -m pytest "
          "tests/test_gptqmodel_checkpoints.py")
 pytestmark = [needs("torch", "transformers", install='pip install -e ".[hf]"'),
               needs("gptqmodel", "optimum", "auto_round", install=SETUP, required_by="LONGCTX_TEST_GPTQMODEL")]

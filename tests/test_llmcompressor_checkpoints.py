@@ -2,7 +2,7 @@
 transformers and compressed-tensors), read here in the main one through the transformers
 backend as a user's would be (issue 32). CI makes them first:
 
-    bash scripts/setup-llmcompressor-venv.sh .llmcompressor-venv
+    bash scripts/setup-venv.sh .llmcompressor-venv llmcompressor
     .llmcompressor-venv/bin/python benchmarks/llmcompressor_variants.py --out DIR
     LONGCTX_LLMCOMPRESSOR_CHECKPOINTS=DIR python -m pytest tests/test_llmcompressor_checkpoints.py
 
@@ -31,7 +31,7 @@ from pytest_longctx.backends.hf import TransformersBackend
 pytestmark = [needs("torch", "transformers", install='pip install -e ".[hf]"'),
               needs("compressed_tensors", install="pip install 'pytest-longctx[compressed-tensors]'")]
 
-MAKE = ("bash scripts/setup-llmcompressor-venv.sh .llmcompressor-venv && .llmcompressor-venv/bin/python "
+MAKE = ("bash scripts/setup-venv.sh .llmcompressor-venv llmcompressor && .llmcompressor-venv/bin/python "
         "benchmarks/llmcompressor_variants.py --out DIR, then LONGCTX_LLMCOMPRESSOR_CHECKPOINTS=DIR")
 RTN, GPTQ, SQ = "round to nearest", "GPTQ", "SmoothQuant, round to nearest"
 W8A8 = "W8A8, int8 weights per channel, int8 activations dynamic per token, rounded as they run"
@@ -412,7 +412,7 @@ def test_each_quantization_has_its_own_fingerprint(loaded):
 def test_a_recipe_names_its_methods_in_order_and_nothing_is_said_without_one(tmp_path):
     """made_by reads the modifiers' names from the recipe's text as llm-compressor writes it; an
     unknown one is named without its suffix."""
-    from pytest_longctx.backends import quantized
+    from pytest_longctx.backends import quantization_words as quantized
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("default_stage:\n  default_modifiers:\n    AWQModifier:\n      scheme: W4A16\n"
@@ -456,7 +456,7 @@ def test_a_recipe_with_tuples_keeps_them_and_says_its_calibration_moves_the_othe
     (SmoothQuant's is left as it was), after a comment that says SmoothQuant calibrates."""
     import yaml
 
-    from pytest_longctx.backends import quantized
+    from pytest_longctx.backends.hybrids import recipes as quantized
 
     written = made / "w8a8-smoothquant" / "recipe.yaml"
     keep = ["model.layers.0.mlp.up_proj", "model.layers.1.self_attn.k_proj"]
@@ -492,11 +492,12 @@ def test_blames_recipe_made_by_llm_compressor_computes_what_the_fix_set_hybrid_d
 
     import torch
 
-    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+    from pytest_longctx.backends.hybrids.pair import CANDIDATE, select_parts
 
     python = os.environ.get("LONGCTX_LLMCOMPRESSOR_PYTHON")
     skip_unless(None if python else "LONGCTX_LLMCOMPRESSOR_PYTHON is not set",
-                "point it at the python of scripts/setup-llmcompressor-venv.sh's environment", required_by="LONGCTX_TEST_LLMCOMPRESSOR")
+                "point it at the python of the environment scripts/setup-venv.sh DIR llmcompressor makes",
+                required_by="LONGCTX_TEST_LLMCOMPRESSOR")
     pair = fix_set_pair(made, "w4a16")
     kept = select_parts(pair.parts("block"), ["layer.0.mlp", "layer.1.attn"], "block")
     lines = pair.recipe(kept)

@@ -1,5 +1,5 @@
 """The vLLM backends against vLLM itself (its CPU build, in its own environment:
-scripts/setup-vllm-venv.sh; CI runs this file there with LONGCTX_TEST_VLLM=1): SmolLM2 in
+scripts/setup-venv.sh DIR vllm; CI runs this file there with LONGCTX_TEST_VLLM=1): SmolLM2 in
 process and from a server this module starts, read as the transformers backend reads it;
 the gate with a transformers-made baseline; tensor parallelism and an INT8 W8A8 checkpoint on a
 tiny model.
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from conftest import needs, skip_unless
 
-pytestmark = [needs("vllm", "httpx", install="scripts/setup-vllm-venv.sh DIR: vLLM's own environment", required_by="LONGCTX_TEST_VLLM"),
+pytestmark = [needs("vllm", "httpx", install="scripts/setup-venv.sh DIR vllm: vLLM's own environment", required_by="LONGCTX_TEST_VLLM"),
               pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-3  # nats; see the module docstring

@@ -62,14 +62,6 @@ def cache_factory(spec: str, model: Any) -> Callable[[], Any]:
     return make
 
 
-def scheme_words(scheme: Mapping[str, Any], rounded: bool) -> str:
-    """A checkpoint's KV cache scheme in words: ``float8 KV cache per tensor, rounded as it runs``."""
-    kind = "float" if scheme.get("type") == "float" else "int"
-    where = {"tensor": "per tensor", "head": "per KV head"}.get(scheme.get("strategy"), f"per {scheme.get('strategy')}")
-    return (f"{kind}{scheme.get('num_bits')} KV cache {where}, "
-            + ("rounded as it runs" if rounded else "not rounded here (a full-precision cache is read)"))
-
-
 def use_checkpoint_scheme(model: Any, scheme: Mapping[str, Any], where: str) -> None:
     """Round every key and value ``model`` attends to as the checkpoint's ``scheme`` says, with the scales
     saved beside its weights in ``where``. A scheme this cannot run as written (dynamic, asymmetric, another

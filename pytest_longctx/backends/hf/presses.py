@@ -9,7 +9,7 @@ parentheses, its own arguments after: ``adakv(snapkv:compression_ratio=0.5)``,
 ``chunk(knorm:compression_ratio=0.5):chunk_length=512``, and several with ``;`` between them,
 ``composed(snapkv:compression_ratio=0.25;knorm:compression_ratio=0.25)``. kvpress is imported
 only when a press is asked for: it pins an older transformers and lives in an environment of its
-own (scripts/setup-kvpress-venv.sh).
+own (scripts/setup-venv.sh DIR kvpress).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pytest_longctx.options.keys import split_settings
 from pytest_longctx.parse import scalar
 
 OPTION = "--kv-press (--longctx-kv-press)"
-SETUP = "needs kvpress: scripts/setup-kvpress-venv.sh DIR makes an environment with it (it pins transformers below 5.3)"
+SETUP = "needs kvpress: scripts/setup-venv.sh DIR kvpress makes an environment with it (it pins transformers below 5.3)"
 # Presses that compress while the answer is generated (kvpress's decoding presses) or that take other presses as
 # arguments: not this option's NAME form (a ``module:object`` press may compose them).
 DECODING = ("DecodingPress", "PrefillDecodingPress", "CompressionRatioDecodingPress", "DMSPress")
