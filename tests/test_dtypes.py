@@ -4,7 +4,7 @@ model reads, their tolerances, its top-1, and what separates the dtypes in cache
 The tolerances follow from the formats. A half-precision number keeps 8 significant bits
 (bfloat16: 7 stored + 1 implied) or 11 (float16), so each rounding moves it by up to a
 relative u = 2**-8 (0.0039) or 2**-11 (0.00049). The logits come out of the LM head rounded so
-(log-softmax and top-k then run in float32 from them, backends/hf.py), after every layer's
+(log-softmax and top-k then run in float32 from them, backends/hf/), after every layer's
 activations were rounded the same way; a log-probability is a difference of logits, so its
 error scales with the logits' spread, here about ln(vocabulary) (the log-probabilities of
 these near-uniform models lie around -ln 4096 = -8.3). Measured on them (2 layers,

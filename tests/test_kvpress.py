@@ -1,6 +1,6 @@
 """KV-cache presses of kvpress through the transformers backend (docs/metrics.md#kv-cache-presses).
 
-Run in kvpress's own environment (scripts/setup-kvpress-venv.sh): skipped without kvpress, unless
+Run in kvpress's own environment (scripts/setup-venv.sh DIR kvpress): skipped without kvpress, unless
 LONGCTX_TEST_KVPRESS=1, when its absence fails. Tiny random models made offline from a config;
 every number is checked against a computation done here by hand, not through the engine."""
 from __future__ import annotations
@@ -127,7 +127,7 @@ WRAPPED = [  # a press named with the presses it wraps, and the same made by han
 def test_a_press_named_with_the_presses_it_wraps_reads_as_kvpress_made_by_hand(model, spec, made):
     import kvpress
 
-    from pytest_longctx.backends.presses import describe_press, make_press
+    from pytest_longctx.backends.hf.presses import describe_press, make_press
 
     press = make_press(spec)
     assert describe_press(press) == describe_press(made(kvpress))
@@ -142,7 +142,7 @@ def test_a_press_named_with_the_presses_it_wraps_reads_as_kvpress_made_by_hand(m
 def test_a_press_that_fails_on_a_context_is_one_line(model):
     """AdaKV needs keys that shut a head's evicted positions out of its attention, and finds none on this tiny
     random model once the question is read: kvpress's own error, named with the press."""
-    from pytest_longctx.backends.presses import make_press
+    from pytest_longctx.backends.hf.presses import make_press
 
     backend = _backend(model, make_press("adakv(snapkv:compression_ratio=0.5)"))
     with pytest.raises(LongctxError) as raised:
@@ -206,8 +206,8 @@ def test_streaming_llm_loses_evidence_it_evicted(model):
 
 def test_a_context_too_short_for_the_press_is_read_uncompressed_and_said(model):
     """SnapKV scores a context by its last window_size (64) tokens and asserts the context is longer: a context
-    of 20 tokens (a control read near an item's start) is read exact, as without the press, and the backend
-    keeps why and how long, which the pipeline turns into a note; the long context beside it is compressed."""
+    of 20 tokens (a control read near an item's start) is read exact, as without the press, and the engine
+    hands back why and how long, which the pipeline turns into a note; the long context beside it is compressed."""
     import kvpress
 
     questions = ((20, (22, 30)), (90, (91, 119)))
@@ -215,7 +215,10 @@ def test_a_context_too_short_for_the_press_is_read_uncompressed_and_said(model):
     gate, plain = _gate(backend, questions), _gate(_backend(model), questions)
     np.testing.assert_allclose(gate[0], plain[0], rtol=0, atol=2e-5)
     assert max(abs(a - b) for a, b in zip(gate[1], plain[1])) > 1e-3
-    assert backend.uncompressed == {"Query length 20 should be greater than the window size 64": [20]}
+    from pytest_longctx.scoring import engine
+
+    assert engine.run_reads(backend, [_plan(questions)]).uncompressed == {
+        "Query length 20 should be greater than the window size 64": [20]}
 
 
 def test_describe_names_the_press_and_keeps_its_answers_apart(model):
@@ -235,7 +238,7 @@ def test_describe_names_the_press_and_keeps_its_answers_apart(model):
 
 def test_press_names_and_arguments():
     _needs_kvpress()
-    from pytest_longctx.backends.presses import describe_press, make_press
+    from pytest_longctx.backends.hf.presses import describe_press, make_press
 
     assert describe_press(make_press("snapkv:compression_ratio=0.5")) == describe_press(make_press("SnapKVPress:compression_ratio=0.5"))
     streaming = make_press("streaming_llm:compression_ratio=0.75,n_sink=4")
@@ -262,7 +265,7 @@ def test_press_names_and_arguments():
 ])
 def test_bad_press_is_one_line(spec, said):
     _needs_kvpress()
-    from pytest_longctx.backends.presses import make_press
+    from pytest_longctx.backends.hf.presses import make_press
 
     with pytest.raises(LongctxError) as raised:
         make_press(spec)

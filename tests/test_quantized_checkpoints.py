@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from conftest import needs, tiny_qwen3
 
-from pytest_longctx.backends import base, load_backend, quantized
+from pytest_longctx.backends import base, load_backend
+from pytest_longctx.backends import quantization_words as quantized
 from pytest_longctx.backends.hf import TransformersBackend, weights_fingerprint
 from pytest_longctx.errors import LongctxError
 
@@ -358,7 +359,7 @@ def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_i
     costed in the bytes they are stored in."""
     import torch
 
-    from pytest_longctx.backends.hybrids.parts import select_parts
+    from pytest_longctx.backends.hybrids.pair import select_parts
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     pair = pair_of(plain, loaded(kind), kind)
@@ -383,7 +384,7 @@ def test_blames_hybrids_leave_a_bitsandbytes_candidate_reading_as_loaded(checkpo
     fingerprint (the pair's, taken as loaded, and the parts'), so scoring them, which describes each, leaves the
     candidate as it was; the candidate as the pair holds it keeps the fingerprint it was loaded with. Asked for
     after such a read, a fingerprint is refused in one line instead of corrupting the model."""
-    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+    from pytest_longctx.backends.hybrids.pair import CANDIDATE, select_parts
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     candidate, _ = load_backend(str(checkpoints("bnb-nf4")), "hf", "float32", "cpu")
@@ -408,7 +409,7 @@ def test_blames_fix_set_as_the_config_that_transformers_quantizes_with_makes_the
     """The candidate with layer 0's MLP and layer 1's attention kept in float: blame's recipe, the candidate's own
     quantization config with those layers added to the modules it skips, run as printed (Python), makes the
     checkpoint that reads as the hybrid blame measured."""
-    from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+    from pytest_longctx.backends.hybrids.pair import CANDIDATE, select_parts
 
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     pair = pair_of(plain, loaded(kind), kind)

@@ -8,13 +8,38 @@ import inspect
 from typing import Any, Sequence
 
 from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model
-from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
+from pytest_longctx.backends.base import Backend, tokenizer_of
+from pytest_longctx.backends.registry import BACKENDS, Deferred, RegistryError, resolve
 from pytest_longctx.errors import LongctxError, first_line, without_credentials
 from pytest_longctx.options.keys import split_settings
 
-BUILTIN = {"hf": "pytest_longctx.backends.hf:factory", "llama.cpp": "pytest_longctx.backends.llama_cpp:factory",
-           "vllm": "pytest_longctx.backends.vllm:factory", "vllm-server": "pytest_longctx.backends.vllm:server_factory"}
+
+def _transformers() -> Any:
+    from pytest_longctx.backends import hf  # torch and transformers: loaded when the backend is named
+
+    return hf.factory
+
+
+def _llama_cpp() -> Any:
+    from pytest_longctx.backends import llama_cpp
+
+    return llama_cpp.factory
+
+
+def _vllm() -> Any:
+    from pytest_longctx.backends import vllm
+
+    return vllm.factory
+
+
+def _vllm_server() -> Any:
+    from pytest_longctx.backends import vllm
+
+    return vllm.server_factory
+
+
+BUILTIN = {"hf": Deferred(_transformers), "llama.cpp": Deferred(_llama_cpp), "vllm": Deferred(_vllm),
+           "vllm-server": Deferred(_vllm_server)}
 
 
 def backend_options(pairs: Sequence[str]) -> dict[str, str]:
@@ -32,12 +57,10 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     (and ``options={KEY: VALUE}`` when ``--backend-option``s are given, ``trust_remote_code=True``
     when the user allows a model's own code to run) and returns the backend; its tokenizer is
     its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode). ``kv_press``: a kvpress
-    press (``--kv-press``, backends/presses.py), which the transformers backend takes as its
+    press (``--kv-press``, backends/hf/presses.py), which the transformers backend takes as its
     ``kv-press`` option.
     """
     settings = backend_options(options)
-    if backend in MODEL_BACKENDS:
-        check_model(model)  # a typo of an alias, a missing path, an uncached hub id offline: one line before any loading
     if kv_press:
         if backend != "hf":
             raise LongctxError(f"--kv-press {kv_press}: kvpress's presses run in the transformers backend (--backend hf), "
@@ -46,6 +69,8 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
             raise LongctxError(f"--kv-press {kv_press}: a press is also given as --backend-option kv-press={settings['kv-press']}; "
                                "give one")
         settings["kv-press"] = kv_press
+    if backend in MODEL_BACKENDS:
+        check_model(model)  # a typo of an alias, a missing path, an uncached hub id offline: one line before any loading
     try:
         factory = resolve(backend, BACKENDS, BUILTIN)
     except RegistryError as exc:
@@ -77,4 +102,4 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
                                                f"{type(exc).__name__}" + (f": {first}" if first else ""))) from None
     if not callable(getattr(made, "read", None)):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
-    return made, getattr(made, "tokenizer", None)
+    return made, tokenizer_of(made)

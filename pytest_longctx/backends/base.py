@@ -3,7 +3,9 @@
 ``Backend`` reads whole sequences; a ``SessionBackend`` also hands out ``ReadSession``s, one
 sequence read piece by piece whose state can be saved and rewound, through which the engine
 runs shared prefixes once. ``advance_in_calls`` is the body every built-in session's
-``advance`` shares: each backend supplies only its forward step."""
+``advance`` shares: each backend supplies only its forward step. Every optional member a
+feature asks of a backend or a session is a protocol of its own here (``CompressesContexts``,
+``CompressingSession``, ``HasTokenizer``, ``KnowsVocabulary``, ...), asked for through it."""
 from __future__ import annotations
 
 import bisect
@@ -45,19 +47,17 @@ class Backend(Protocol):
     whose ``read(ids, positions, tokens)`` takes no ``top_k`` (the protocol's first form) is
     still scored, and asked for no top-k (``conforming``).
 
-    Optional members, each looked up with ``getattr``:
+    Optional members, each declared by a protocol below and asked for through it (``isinstance``
+    or the function beside it), never by name:
 
-    * ``tokenizer``: a Hugging Face tokenizer, for the ``text`` mode; when None,
-      ``tokenizer_missing`` may say why;
-    * ``describe() -> dict``: model id, weight fingerprint, dtype, device, library versions,
-      recorded in results and baselines; a ``weights`` of None (no fingerprint) keeps the score
-      cache off, and one that starts with ``DECLARED`` is the user's word, not a measurement;
-    * ``context_window``: the longest sequence it was trained for, or None: texts longer than
-      that are refused unless the user allows them;
-    * ``vocab_size``: the token ids it takes: larger ids are refused before any forward pass;
+    * ``tokenizer`` (``HasTokenizer``), and why there is none (``ExplainsMissingTokenizer``);
+    * ``describe() -> dict`` (``Describing``): what the backend says about itself;
+    * ``context_window`` (``KnowsContextWindow``), ``vocab_size`` (``KnowsVocabulary``);
     * ``session() -> ReadSession`` (``SessionBackend``): the engine runs shared prefixes once;
-    * ``close()``: releases what the backend holds (engine processes, connections, threads);
-      the package calls it (``close``) when it is done with a backend it loaded.
+    * ``context_compression`` (``CompressesContexts``): what compresses each read's context, read
+      through its sessions' ``compress`` (``CompressingSession``);
+    * ``status() -> str`` (``ReportsStatus``): its traffic, on the progress line;
+    * ``close()`` (``Closing``): releases what the backend holds.
 
     The engine refuses any log-probability above 0 (logits passed off as log-probabilities).
     """
@@ -100,17 +100,153 @@ def has_sessions(backend: Backend) -> TypeGuard[SessionBackend]:
     return callable(getattr(backend, "session", None))
 
 
-def close(backend: Backend) -> None:
-    """Release what a backend holds, if it has a ``close()``."""
-    closing = getattr(backend, "close", None)
-    if callable(closing):
-        closing()
+# --------------------------------------------------------------- optional members
+
+
+@runtime_checkable
+class CompressingSession(ReadSession, Protocol):
+    """A session that can compress a context before the reads after it (a KV-cache press, a quantized KV
+    cache): the sessions of a backend that ``CompressesContexts``."""
+
+    def compress(self, ids: Sequence[int]) -> str | None:
+        """Read ``ids``, a context, at the start of the session with the backend's compression at work;
+        later ``advance`` calls read on through the compressed cache. Returns why the context was read
+        uncompressed instead (a press that refused it, too short for it), None when it was compressed:
+        the engine hands these back with its scores and the pipeline notes them."""
+        ...
+
+
+def compresses(session: ReadSession) -> TypeGuard[CompressingSession]:
+    """Whether a session can compress a context (``CompressingSession``)."""
+    return isinstance(session, CompressingSession)
+
+
+@runtime_checkable
+class CompressesContexts(Protocol):
+    """A backend that compresses each read's context (a KV-cache press, a quantized KV cache): the
+    engine reads each context through its sessions' ``compress`` and each read's question after it,
+    and the reads are planned so (scoring/questions.py)."""
+
+    @property
+    def context_compression(self) -> str | None:
+        """What compresses each read's context, by name, as results and reports name it; None: nothing."""
+        ...
+
+
+def context_compression(backend: Backend) -> str | None:
+    """What compresses each read's context (``CompressesContexts``), or None."""
+    return backend.context_compression if isinstance(backend, CompressesContexts) else None
+
+
+@runtime_checkable
+class HasTokenizer(Protocol):
+    """A backend that brings its model's tokenizer."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """A Hugging Face tokenizer (or one that encodes as one does), for the ``text`` mode; None: the
+        backend reads the data's stored ids only (the ``ids`` mode)."""
+        ...
+
+
+def tokenizer_of(backend: Backend) -> Any:
+    """The backend's tokenizer (``HasTokenizer``), or None."""
+    return backend.tokenizer if isinstance(backend, HasTokenizer) else None
+
+
+@runtime_checkable
+class ExplainsMissingTokenizer(Protocol):
+    """A backend that can say why it has no tokenizer."""
+
+    @property
+    def tokenizer_missing(self) -> str | None:
+        """Why ``tokenizer`` is None (a model folder without tokenizer files), which the text mode's
+        error says; None where nothing is missing or the backend cannot say."""
+        ...
+
+
+def tokenizer_missing(backend: Backend) -> str | None:
+    """Why the backend has no tokenizer (``ExplainsMissingTokenizer``), or None."""
+    return backend.tokenizer_missing if isinstance(backend, ExplainsMissingTokenizer) else None
+
+
+@runtime_checkable
+class KnowsVocabulary(Protocol):
+    """A backend that knows the token ids its model takes."""
+
+    @property
+    def vocab_size(self) -> int | None:
+        """How many token ids the model takes and predicts: an id fed or asked for at or beyond it is
+        refused before any forward pass (the model would fail on it, or read garbage)."""
+        ...
+
+
+def vocab_size(backend: Backend) -> int | None:
+    """The backend's ``vocab_size`` (``KnowsVocabulary``), or None."""
+    return backend.vocab_size if isinstance(backend, KnowsVocabulary) else None
+
+
+@runtime_checkable
+class KnowsContextWindow(Protocol):
+    """A backend that knows how long a sequence its model was trained for."""
+
+    @property
+    def context_window(self) -> int | None:
+        """The longest sequence the model was trained for, or None where unknown: a text longer than
+        that is refused unless the user allows it (its scores would measure the model outside it)."""
+        ...
+
+
+def context_window(backend: Backend) -> int | None:
+    """The backend's ``context_window`` (``KnowsContextWindow``), or None."""
+    return backend.context_window if isinstance(backend, KnowsContextWindow) else None
+
+
+@runtime_checkable
+class ReportsStatus(Protocol):
+    """A backend with traffic worth showing while it reads (a served model's requests)."""
+
+    def status(self) -> str:
+        """A short line on what it is doing (requests in flight, prefix-cache hits), shown on the
+        progress line."""
+        ...
+
+
+def status_line(backend: Backend) -> Callable[[], str] | None:
+    """The backend's ``status`` (``ReportsStatus``), or None."""
+    return backend.status if isinstance(backend, ReportsStatus) and callable(backend.status) else None
+
+
+@runtime_checkable
+class Describing(Protocol):
+    """A backend that says what it is."""
+
+    def describe(self) -> dict[str, Any]:
+        """Model id, weight fingerprint, config digest, dtype, device, library versions, recorded in
+        results and baselines; a ``weights`` of None (no fingerprint) keeps the score cache off, and one
+        that starts with ``DECLARED`` is the user's word, not a measurement."""
+        ...
 
 
 def describe(backend: Backend) -> dict[str, Any]:
-    """What a backend says about itself, or its class name."""
-    info = backend.describe() if hasattr(backend, "describe") else {}
+    """What a backend says about itself (``Describing``), or its class name."""
+    info = backend.describe() if isinstance(backend, Describing) else {}
     return {"backend": type(backend).__name__, **info}
+
+
+@runtime_checkable
+class Closing(Protocol):
+    """A backend that holds something to release (engine processes, connections, threads)."""
+
+    def close(self) -> None:
+        """Release it; the package calls it (``close``) when it is done with a backend it loaded."""
+        ...
+
+
+def close(backend: Backend) -> None:
+    """Release what a backend holds, if it has a ``close()`` (``Closing``)."""
+    if isinstance(backend, Closing) and callable(backend.close):
+        backend.close()
 
 
 # --------------------------------------------------------------- the protocol's first form

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,14 @@ COMPRESSORS = Kind("pytest_longctx.compressors", "compressor", "module:function"
 ALIASES = Kind("pytest_longctx.aliases", "model alias", "module:function")
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A built-in that is imported when it is named, not before: ``load()`` imports it (a real import
+    statement inside the loader, which tests/test_layering.py declares) and returns it."""
+
+    load: Callable[[], Any]
+
+
 class RegistryError(Exception):
     """A name that resolves to nothing; the message says why (callers add where it came from)."""
 
@@ -39,18 +47,16 @@ def registered(kind: Kind) -> dict[str, Any]:
 
 
 def resolve(spec: str, kind: Kind, builtins: Mapping[str, Any] | None = None, search: Path | None = None) -> Any:
-    """The object ``spec`` names. ``builtins``: the kind's own names, each an object or the
-    ``module:object`` it is imported from on first use (so naming one costs no import).
-    ``search``: a folder to import ``module`` from when Python cannot find it (the folder
-    pytest was started in)."""
+    """The object ``spec`` names. ``builtins``: the kind's own names, each an object or a ``Deferred``
+    that imports it when named (so naming one costs no import). ``search``: a folder to import
+    ``module`` from when Python cannot find it (the folder pytest was started in)."""
     builtins = builtins or {}
     entries = registered(kind)
     target = spec
     if spec in builtins:
-        if not isinstance(builtins[spec], str):
-            return builtins[spec]
-        target = builtins[spec]
-    elif spec in entries:
+        found = builtins[spec]
+        return found.load() if isinstance(found, Deferred) else found
+    if spec in entries:
         target = entries[spec].value
     if not all(target.partition(":")[::2]):
         names = [*builtins, *entries]

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from pytest_longctx.backends.base import Backend, describe
+from pytest_longctx.backends.base import Backend, describe, tokenizer_of
 from pytest_longctx.compress.cache import CompressionCache
 from pytest_longctx.compress.encoding import Encoding
 from pytest_longctx.compress.interface import Compression, Compressor
@@ -46,7 +46,7 @@ class Reader:
         """The model's reader, or without one (Layer A only) the Qwen3.5 tokenizer's."""
         if backend is None:
             return cls(qwen35_tokenizer(), REFERENCE_TOKENIZER)
-        tokenizer = getattr(backend, "tokenizer", None)
+        tokenizer = tokenizer_of(backend)
         shown = without_credentials(str(model))
         if tokenizer is None:
             raise LongctxError(f"model {shown}: its backend has no tokenizer; compressed sessions are rendered "

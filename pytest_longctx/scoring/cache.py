@@ -22,7 +22,8 @@ from typing import Callable
 from pytest_longctx.backends.base import DECLARED, Backend, describe
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.paths import cache_dir, unwritable
-from pytest_longctx.scoring.engine import Answers, Request
+from pytest_longctx.scoring.answers import Answers
+from pytest_longctx.scoring.engine import Request
 
 IDENTITY = ("backend", "weights", "config", "dtype", "device", "chunk_size")
 OFF = ("off", "none", "")

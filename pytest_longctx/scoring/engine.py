@@ -15,16 +15,26 @@ With ``top_k``, the backend also answers the ``top_k`` most likely next tokens a
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends.base import Backend, SessionBackend, TopK, conforming, has_sessions
+from pytest_longctx.backends.base import (
+    Backend,
+    SessionBackend,
+    TopK,
+    compresses,
+    conforming,
+    context_compression,
+    has_sessions,
+    status_line,
+    vocab_size,
+)
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.progress import Progress
 from pytest_longctx.scoring import prefix_tree
+from pytest_longctx.scoring.answers import Answers, checked_answers
 from pytest_longctx.scoring.reads import ItemReads, Read
 
 
@@ -41,9 +51,17 @@ class ReadScore:
 
 # Per item, per target and then per control read (``ItemReads.every``): one ReadScore per read, or None when unaligned.
 ItemReadScores = list[list[ReadScore] | None]
-# One request's answers: prediction index -> (top-1 id, token id -> log-probability, top-k or None).
-Answer = tuple[int, dict[int, float], TopK | None]
-Answers = dict[int, Answer]
+# why a KV-cache press could not compress some contexts (too short for it) -> those contexts' lengths, read uncompressed
+Uncompressed = dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What ``run_reads`` answers: every planned item's read scores, and the contexts a KV-cache press
+    could not compress and read uncompressed instead (``CompressingSession.compress``), by why."""
+
+    scores: list[ItemReadScores]
+    uncompressed: Uncompressed = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -150,69 +168,6 @@ class _Tracker:
             self.progress.advance(items=finished)
 
 
-# A log-probability is at most 0. Both backends' log-softmax (torch in float32, numpy in
-# float64) gave at most exactly 0 over 3,200 random rows, flat to one token taking all the
-# mass, of 2 to 152k tokens; the margin leaves room for another backend's rounding (a
-# logsumexp taken in half precision), far below any logit a backend might pass off.
-MAX_LOGPROB = 1e-4
-
-
-def _above_zero(name: str, item: str, index: int, token: int, value: float, where: str) -> LongctxError:
-    return LongctxError(f"{name} returned {value:.6g} as the log-probability of token {token} at read position {index} "
-                        f"of item {item}{where}; log-probabilities must be <= 0 (logits? take log_softmax over the "
-                        "vocabulary)")
-
-
-def _check_at_most_zero(name: str, item: Callable[[int], str], index: int, asked: dict[int, float], top: TopK | None) -> None:
-    """Refuse a log-probability above 0 (NaN and -inf pass: a candidate's non-finite values fail its checks)."""
-    for token, value in asked.items():
-        if MAX_LOGPROB < value < math.inf:
-            raise _above_zero(name, item(index), index, token, value, "")
-    for token, value in zip(*top) if top is not None else ():
-        if MAX_LOGPROB < value < math.inf:
-            raise _above_zero(name, item(index), index, token, value, " (among its top-k)")
-
-
-def _answers(backend: Backend, method: str, result: Any, indices: list[int], tokens: list[list[int]], top_k: int,
-             item: Callable[[int], str] = lambda index: "?") -> Answers:
-    """A backend's ``ReadResult`` as answers, checked: anything else, or a log-probability
-    above 0, is one line naming the backend, the item (``item(index)`` names the one that
-    asked for a read) and what it returned, not a traceback in the engine or a wrong score.
-    Every backend's answers pass through here."""
-    name = f"backend {type(backend).__name__}: {method}()"
-    expected = ("expected ReadResult(top1, logprobs): per position asked, the top-1 token id and the log-probabilities "
-                "of the tokens asked for (pytest_longctx.backends.base)")
-    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
-        raise LongctxError(f"{name} returned {type(result).__name__}; {expected}")
-    top1, logprobs = result[0], result[1]
-    top = result[2] if len(result) == 3 and top_k else None
-    try:
-        if len(top1) != len(indices) or len(logprobs) != len(indices):
-            raise LongctxError(f"{name} returned {len(top1)} top-1 ids and {len(logprobs)} log-probability lists "
-                               f"for {len(indices)} positions; {expected}")
-        if top is not None and len(top) != len(indices):
-            raise LongctxError(f"{name} returned top-k tokens for {len(top)} of {len(indices)} positions; "
-                               "with top_k, ReadResult.top holds (ids, log-probabilities) per position")
-        answers: Answers = {}
-        for n, (i, t, toks, lps) in enumerate(zip(indices, top1, tokens, logprobs)):
-            values = [float(v) for v in lps]
-            if len(values) != len(toks):
-                raise LongctxError(f"{name} returned {len(values)} log-probabilities at a position where {len(toks)} "
-                                   f"tokens were asked for; {expected}")
-            best = None
-            if top is not None:
-                ids, top_lps = top[n]
-                best = ([int(x) for x in ids], [float(x) for x in top_lps])
-                if len(best[0]) != len(best[1]) or len(best[0]) > top_k:
-                    raise LongctxError(f"{name} returned {len(best[0])} top ids and {len(best[1])} log-probabilities "
-                                       f"where top_k={top_k} were asked for")
-            answers[i] = (int(t), dict(zip(toks, values)), best)
-            _check_at_most_zero(name, item, i, answers[i][1], best)
-    except (TypeError, ValueError) as exc:
-        raise LongctxError(f"{name} returned {type(result).__name__} holding values of the wrong type ({exc}); {expected}") from None
-    return answers
-
-
 def _read_each(backend: Backend, reader: Backend, requests: list[Request], tracker: _Tracker, top_k: int,
                named: Callable[[Request], str]) -> list[Answers]:
     """Each request one ``read``; ``reader``: ``backend`` as the protocol has it (``conforming``)."""
@@ -222,8 +177,8 @@ def _read_each(backend: Backend, reader: Backend, requests: list[Request], track
         tokens = [sorted(request.reads[i]) for i in indices]
         result = reader.read(request.ids, indices, tokens, top_k=top_k)
         tracker.tokens(len(request.ids))
-        tracker.answered(number, _answers(backend, "read", result, indices, tokens, top_k,
-                                          lambda _, request=request: named(request)))
+        tracker.answered(number, checked_answers(backend, "read", result, indices, tokens, top_k,
+                                                 lambda _, request=request: named(request)))
     return tracker.done
 
 
@@ -252,10 +207,11 @@ def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request]
 
 
 def _read_pressed(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
-                  named: Callable[[Request], str]) -> list[Answers]:
+                  named: Callable[[Request], str]) -> tuple[list[Answers], Uncompressed]:
     """Under a KV-cache press (docs/metrics.md#kv-cache-presses): requests that share a context share
     one session, whose ``compress`` prefills that context with the press; their questions then run
-    as a prefix tree through the compressed cache, each shared question prefix once."""
+    as a prefix tree through the compressed cache, each shared question prefix once. With the answers,
+    the contexts the press could not compress, by why."""
     groups: dict[bytes, list[int]] = {}
     for number, request in enumerate(requests):
         groups.setdefault(request.ids[: request.context].tobytes(), []).append(number)
@@ -264,17 +220,20 @@ def _read_pressed(backend: Backend, reader: SessionBackend, requests: list[Reque
         context = requests[numbers[0]].context
         trees.append((context, numbers, *_tree(requests, numbers, context)))
     tracker.start(sum(context + prefix_tree.total_tokens(root) for context, _, root, _, _ in trees))
+    uncompressed: Uncompressed = {}
     for context, numbers, root, paths, asker in trees:
         session = reader.session()
         if context:
-            compress = getattr(session, "compress", None)
-            if not callable(compress):
+            if not compresses(session):
                 raise LongctxError(f"backend {type(backend).__name__}: its sessions cannot compress a context (no compress()); "
                                    "a KV-cache press runs in the transformers backend")
-            compress(requests[numbers[0]].ids[:context])
+            ids = requests[numbers[0]].ids[:context]
+            refused = session.compress(ids)
+            if refused is not None:
+                uncompressed.setdefault(refused, []).append(len(ids))
             tracker.tokens(context)
         _visit_tree(backend, session, root, paths, asker, requests, numbers, context, tracker, top_k, named)
-    return tracker.done
+    return tracker.done, uncompressed
 
 
 def _visit_tree(backend: Backend, session: Any, root: prefix_tree.Node, paths: list[list[prefix_tree.Node]],
@@ -287,8 +246,8 @@ def _visit_tree(backend: Backend, session: Any, root: prefix_tree.Node, paths: l
             indices = sorted(node.reads)
             tokens = [sorted(node.reads[i]) for i in indices]
             result = session.advance(node.ids[node.start : node.end], [i - node.start for i in indices], tokens, top_k=top_k)
-            node.results.update(_answers(backend, "session().advance", result, indices, tokens, top_k,
-                                         lambda index: named(asker[id(node), index])))
+            node.results.update(checked_answers(backend, "session().advance", result, indices, tokens, top_k,
+                                                lambda index: named(asker[id(node), index])))
             tracker.tokens(node.tokens)
         for end in node.ends:
             number = numbers[end]
@@ -309,7 +268,7 @@ def check_vocabulary(backend: Backend, requests: list[Request], named: Callable[
     """Before any forward pass: one line when a token id fed or asked for is beyond the
     backend's ``vocab_size`` (the model would fail with an index error, or read garbage), with
     the fix for the ``mode`` the ids come from."""
-    size = getattr(backend, "vocab_size", None)
+    size = vocab_size(backend)
     if not isinstance(size, int) or size <= 0:
         return
     for request in requests:
@@ -329,15 +288,25 @@ def run(
     backend: Backend, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
     top_k: int = 0, mode: str = "ids",
 ) -> list[ItemReadScores]:
-    """Scores of every read of every planned item (its targets, then its control reads).
-    ``progress(items, tokens)`` makes the progress display once the work left is known;
-    ``cache`` answers known requests; ``top_k``: also the most likely tokens at every read
-    (none from a backend whose ``read`` takes no ``top_k``: ``conforming``); ``mode``: where the
+    """Scores of every read of every planned item (its targets, then its control reads): ``run_reads``'
+    scores alone, without the contexts a KV-cache press could not compress."""
+    return run_reads(backend, plans, progress, reuse_prefixes, cache, top_k, mode).scores
+
+
+def run_reads(
+    backend: Backend, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
+    top_k: int = 0, mode: str = "ids",
+) -> EngineRun:
+    """Scores of every read of every planned item (its targets, then its control reads), and the contexts
+    a KV-cache press could not compress. ``progress(items, tokens)`` makes the progress display once the
+    work left is known; ``cache`` answers known requests; ``top_k``: also the most likely tokens at every
+    read (none from a backend whose ``read`` takes no ``top_k``: ``conforming``); ``mode``: where the
     plans' ids come from (the data's stored ids, or the model's tokenizer: ``text``)."""
     reader, top_k = conforming(backend, top_k)
-    # a backend that compresses each read's context names what does (``context_compression``: a KV-cache press, a quantized
-    # KV cache): its sessions' ``compress`` (TransformersReadSession) then reads the context, the rest read through it
-    pressed = bool(getattr(backend, "context_compression", None))
+    # a backend that compresses each read's context names what does (``CompressesContexts``: a KV-cache press, a quantized
+    # KV cache): its sessions' ``compress`` then reads the context, the rest read through it
+    compression = context_compression(backend)
+    pressed = bool(compression)
     requests, where = collect(plans, pressed)
 
     def named(request: Request) -> str:
@@ -347,19 +316,19 @@ def run(
 
     check_vocabulary(backend, requests, named, mode)
     if pressed and requests and not any(r.context for r in requests):
-        raise LongctxError(f"{backend.context_compression} compresses each read's context, and these reads name "
+        raise LongctxError(f"{compression} compresses each read's context, and these reads name "
                            "none (scoring/questions.py places them for the model gate's items): this path does not run presses yet")
     answers: list[Answers | None] = [cache.get(r, top_k) if cache is not None else None for r in requests]
     todo = [n for n, a in enumerate(answers) if a is None]
     subset = [requests[n] for n in todo]
-    status = getattr(backend, "status", None)
     keep = (lambda request, found: cache.put(request, found, top_k)) if cache is not None else None
-    tracker = _Tracker(progress, subset, len(plans), keep=keep, status=status if callable(status) else None)
+    tracker = _Tracker(progress, subset, len(plans), keep=keep, status=status_line(backend))
+    uncompressed: Uncompressed = {}
     try:
         if any(r.context for r in subset):
             if not has_sessions(reader):
                 raise LongctxError(f"backend {type(backend).__name__}: a KV-cache press needs a backend with sessions")
-            computed = _read_pressed(backend, reader, subset, tracker, top_k, named)
+            computed, uncompressed = _read_pressed(backend, reader, subset, tracker, top_k, named)
         elif subset and reuse_prefixes and has_sessions(reader):
             computed = _read_tree(backend, reader, subset, tracker, top_k, named)
         elif subset:
@@ -371,6 +340,12 @@ def run(
         tracker.close()
     for n, found in zip(todo, computed):
         answers[n] = found
+    return EngineRun(_item_scores(plans, where, answers), uncompressed)
+
+
+def _item_scores(plans: Sequence[ItemReads], where: list[list[list[tuple[int, int, Read]]]],
+                 answers: list[Answers | None]) -> list[ItemReadScores]:
+    """Each plan's read scores from the requests' answers (``collect``'s ``where`` says which answer is whose)."""
     results: list[ItemReadScores] = []
     for plan, placed in zip(plans, where):
         item: ItemReadScores = []

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Collection, Iterator
 
 from pytest_longctx import __version__
-from pytest_longctx.backends.base import Backend, describe
+from pytest_longctx.backends.base import Backend, context_compression, context_window, describe, tokenizer_missing, vocab_size
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, config_kind
 from pytest_longctx.errors import LongctxError
@@ -138,10 +138,11 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     ``reference`` that kept its own, the log-probabilities of the reference's (``notes``: of
     items that could not be compared so)."""
     plans = plan_reads(dataset, mode, tokenizer)
-    if getattr(backend, "context_compression", None):  # a press or quantized cache: each context compressed, its question read through it
+    compression = context_compression(backend)
+    if compression:  # a press or quantized cache: each context compressed, its question read through it
         plans = with_questions(plans, tokenizer)
     if reference is not None and reference.has_drift:
-        plans = with_reference_ids(plans, reference, notes if notes is not None else [], getattr(backend, "vocab_size", None))
+        plans = with_reference_ids(plans, reference, notes if notes is not None else [], vocab_size(backend))
     if not beyond_context:
         check_context_window(backend, plans)
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
@@ -157,16 +158,13 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
-    item_scores = engine.run(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K,
-                             mode=mode)
-    refused = getattr(backend, "uncompressed", {})  # contexts a press could not compress (too short for it), read exact
-    for why, lengths in refused.items():
-        (notes if notes is not None else []).append(f"{backend.context_compression} could not compress {len(lengths)} "
+    run = engine.run_reads(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K, mode=mode)
+    for why, lengths in run.uncompressed.items():  # contexts a press could not compress (too short for it), read exact
+        (notes if notes is not None else []).append(f"{compression} could not compress {len(lengths)} "
                                                     f"context(s) of {min(lengths)} to {max(lengths)} tokens ({why}): they were "
                                                     "read uncompressed")
-    refused.clear()
     scores = ScoresFile(mode=mode, meta=meta)
-    for plan, result in zip(plans, item_scores):
+    for plan, result in zip(plans, run.scores):
         key = (plan.config, plan.length, plan.item.id)
         records = item_records(plan, result, drift.TOP_K)
         scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
@@ -177,7 +175,7 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
 def check_context_window(backend: Backend, plans: list[ItemReads]) -> None:
     """One line when the longest text runs past the model's context window: its scores
     there would measure the model outside what it was trained for."""
-    window = getattr(backend, "context_window", None)
+    window = context_window(backend)
     longest = max(plans, key=lambda plan: plan.tokens_needed, default=None)
     if window and longest is not None and longest.tokens_needed > window:
         # the faithfulness sessions are not split by length: --lengths cannot leave the long ones out
@@ -218,7 +216,7 @@ def score_sets(
     """
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     fallback: list[str] = []  # auto mode fell back to text: why, in the meta and on the terminal
-    mode = choose_mode(mode, tokenizer, dataset, fallback, missing=getattr(backend, "tokenizer_missing", None))
+    mode = choose_mode(mode, tokenizer, dataset, fallback, missing=tokenizer_missing(backend))
     if reference is not None:  # refused before the forward passes, not after
         rules_configs = [c for c in dataset.configs if config_kind(c) == "rules"]
         try:

@@ -23,7 +23,7 @@ from pytest_longctx.backends.hf.loaded_quantization import (
 from pytest_longctx.backends.hf.loading import load_pretrained
 from pytest_longctx.backends.hf.presses import check_model, describe_press
 from pytest_longctx.backends.hf.quantization_libraries import library_versions
-from pytest_longctx.backends.hf.session import TransformersReadSession, cache_kwarg
+from pytest_longctx.backends.hf.read_session import TransformersReadSession, cache_kwarg
 from pytest_longctx.errors import LongctxError
 
 # Tokens per forward call. A call on top of a cached prefix needs an explicit attention

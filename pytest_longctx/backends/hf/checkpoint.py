@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_longctx.backends.aliases import is_model_name
-from pytest_longctx.backends.files import beside_weights
+from pytest_longctx.backends.digests import beside_weights
 from pytest_longctx.errors import LongctxError
 
 TRUST_OPTION = "--longctx-trust-remote-code (longctx score: --trust-remote-code)"

@@ -22,7 +22,7 @@ import json
 import sys
 from typing import Any, Callable, Mapping
 
-from pytest_longctx.backends.files import beside_weights
+from pytest_longctx.backends.digests import beside_weights
 from pytest_longctx.errors import LongctxError, first_line
 
 OPTION = "--backend-option kv-cache"

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_longctx.backends.files import beside_weights
+from pytest_longctx.backends.digests import beside_weights
 from pytest_longctx.backends.hf.kv_caches import checkpoint_scales
 from pytest_longctx.backends.hf.stored_tensors import StoredTensor, holds_quantized_storage, stored_tensors
 from pytest_longctx.backends.quantization_words import describe, made_by, method

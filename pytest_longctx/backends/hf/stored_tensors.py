@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_longctx.backends.files import beside_weights
+from pytest_longctx.backends.digests import beside_weights
 
 # safetensors dtypes of plain weights (and of the int64 / bool buffers some models save): any other is quantized storage
 PLAIN_STORED = ("F16", "BF16", "F32", "F64", "I64", "BOOL")

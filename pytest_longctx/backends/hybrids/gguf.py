@@ -24,7 +24,7 @@ import numpy as np
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import resolve_model
-from pytest_longctx.backends.hybrids.parts import (
+from pytest_longctx.backends.hybrids.pair import (
     CANDIDATE,
     ORIGINAL,
     Cost,

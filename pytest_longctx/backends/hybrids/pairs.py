@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.base import context_compression
 from pytest_longctx.backends.hybrids.gguf import load_pair
-from pytest_longctx.backends.hybrids.parts import Pair, as_reference
+from pytest_longctx.backends.hybrids.pair import Pair, as_reference
 from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.errors import LongctxError
 
@@ -23,9 +24,10 @@ def load_models(backend: str, reference: str, model: str, dtype: str = "auto", d
     with as_reference():
         original = load_backend(reference, "hf", dtype, device, options, trust_remote_code)[0]
     candidate = load_backend(model, "hf", dtype, device, options, trust_remote_code)[0]
-    if candidate.context_compression:
+    compression = context_compression(candidate)
+    if compression:
         raise LongctxError(f"--backend-option kv-cache: blame compares the parts of two models' weights, and "
-                           f"{candidate.context_compression} changes how a model keeps its context, not its weights; leave it out")
+                           f"{compression} changes how a model keeps its context, not its weights; leave it out")
     return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (reference, model),
                          (original.weights_fingerprint(), candidate.weights_fingerprint()),
                          (original.tokenizer, candidate.tokenizer))

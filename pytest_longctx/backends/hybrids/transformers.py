@@ -20,16 +20,13 @@ import re
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
-from pytest_longctx.backends import kv_caches, quantized
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.hf import (
-    TransformersBackend,
-    quantization_config,
-    recipe_file,
-    rounds_activations,
-    weights_fingerprint,
-)
-from pytest_longctx.backends.hybrids.parts import (
+from pytest_longctx.backends.hf.backend import TransformersBackend
+from pytest_longctx.backends.hf.fingerprint import weights_fingerprint
+from pytest_longctx.backends.hf.kv_caches import checkpoint_scales
+from pytest_longctx.backends.hf.loaded_quantization import model_parameters, quantization_config, recipe_file, rounds_activations
+from pytest_longctx.backends.hybrids.boundaries import Boundaries, reusable
+from pytest_longctx.backends.hybrids.pair import (
     CANDIDATE,
     ORIGINAL,
     Cost,
@@ -41,6 +38,8 @@ from pytest_longctx.backends.hybrids.parts import (
     other_side,
     part_name,
 )
+from pytest_longctx.backends.hybrids.recipes import config_keeping, recipe_keeping
+from pytest_longctx.backends.quantization_words import describe
 from pytest_longctx.errors import LongctxError
 
 LAYER = re.compile(r"^(?P<stack>.*\.layers?|.*\.h|.*\.blocks)\.(?P<index>\d+)\.(?P<rest>.+)$")
@@ -62,7 +61,7 @@ def stored_layers(original: Any, candidate: Any) -> set[str]:
     names as the other's: a hybrid swaps such a module whole, as its library runs it."""
     found = set()
     for model in (original, candidate):
-        for name, parameter in quantized.model_parameters(model).items():
+        for name, parameter in model_parameters(model).items():
             if stored(parameter) and not name.endswith(PACKED):
                 found.add(name.rpartition(".")[0])
     return found
@@ -102,7 +101,7 @@ def model_parts(model: Any, granularity: str) -> list[Part]:
     check_granularity(granularity)
     embed = _names_of(model, model.get_input_embeddings())
     head = _names_of(model, model.get_output_embeddings()) - embed  # tied with the embeddings, it is the part embed
-    return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in quantized.model_parameters(model))
+    return grouped((name, part_name(granularity, name, _where(name, embed, head))) for name in model_parameters(model))
 
 
 def check_compatible(original: Any, candidate: Any, original_name: str, candidate_name: str,
@@ -116,20 +115,20 @@ def check_compatible(original: Any, candidate: Any, original_name: str, candidat
         raise LongctxError(f"--reference {original_name} is a {kinds[0][0]} ({kinds[0][1]}), --model {candidate_name} a "
                            f"{kinds[1][0]} ({kinds[1][1]}): blame takes two checkpoints of one architecture")
     for model, option, name in ((original, "--reference", original_name), (candidate, "--model", candidate_name)):
-        packed = next((n for n in [*quantized.model_parameters(model), *(b for b, _ in model.named_buffers())] if n.endswith(PACKED)), None)
+        packed = next((n for n in [*model_parameters(model), *(b for b, _ in model.named_buffers())] if n.endswith(PACKED)), None)
         if packed:
-            said = quantized.describe(quantization_config(model), rounds_activations(model))
+            said = describe(quantization_config(model), rounds_activations(model))
             raise LongctxError(f"{option} {name} runs its layers packed ({said}; {packed}): blame makes its hybrids of "
                                "layers held under the float model's names (compressed-tensors de-quantized where it has no "
                                "kernel, torchao and bitsandbytes as they store them) and cannot split these into parts; the "
                                "gate's verdict on it stands without blame")
-        if kv_caches.checkpoint_scales(model):
+        if checkpoint_scales(model):
             raise LongctxError(f"{option} {name} rounds its keys and values as its kv_cache_scheme says: blame's hybrids "
                                "take weights from one side to the other and cannot make that rounding a part of its own; "
                                "to blame its weights, copy the checkpoint with kv_cache_scheme removed from its config.json "
                                "(the gate's drift of the two then differs by what the KV cache costs)")
     swapped = stored_layers(original, candidate) if swapped is None else swapped
-    shapes = [{n: tuple(p.shape) for n, p in quantized.model_parameters(m).items() if n.rpartition(".")[0] not in swapped}
+    shapes = [{n: tuple(p.shape) for n, p in model_parameters(m).items() if n.rpartition(".")[0] not in swapped}
               for m in (original, candidate)]
     check_tensors(*shapes, original_name, candidate_name, "two checkpoints")
 
@@ -141,7 +140,7 @@ def non_finite(model: Any) -> dict[str, str]:
     import torch
 
     found = {}
-    for name, parameter in quantized.model_parameters(model).items():
+    for name, parameter in model_parameters(model).items():
         if stored(parameter) or parameter.device.type == "meta" or bool(torch.isfinite(parameter.data).all()):
             continue
         found[name] = non_finite_kind(bool(torch.isnan(parameter.data).any()), bool(torch.isinf(parameter.data).any()))
@@ -155,7 +154,7 @@ def _dtypes(tensors: Iterable[Any]) -> str:
 def cost(original: Any, candidate: Any, parts: Iterable[Part], sizes: Sequence[dict[str, int]]) -> Cost:
     """What ``parts`` hold in each model: parameters, and bytes as ``sizes`` (the original's, the
     candidate's: ``stored_bytes`` of each parameter, taken as loaded) says."""
-    mine, theirs = quantized.model_parameters(original), quantized.model_parameters(candidate)
+    mine, theirs = model_parameters(original), model_parameters(candidate)
     names = [n for part in parts for n in part.parameters]
     return Cost(sum(mine[n].numel() for n in names), sum(sizes[0][n] for n in names), sum(sizes[1][n] for n in names),
                 f"the candidate's dtype ({_dtypes(theirs[n] for n in names)})" if names else "the candidate's dtype")
@@ -167,7 +166,7 @@ def check_not_recast(original: Any, candidate: Any, original_name: str, candidat
     restore share would be 0; its drift is the rounding of all parts at once."""
     import torch
 
-    mine, theirs = quantized.model_parameters(original), quantized.model_parameters(candidate)
+    mine, theirs = model_parameters(original), model_parameters(candidate)
     if swapped or all(mine[n].dtype == theirs[n].dtype for n in mine) or not all(
             torch.equal(mine[n].data.to(device=theirs[n].device, dtype=theirs[n].dtype), theirs[n].data) for n in mine):
         return
@@ -192,7 +191,7 @@ class Hybrid:
 
     def __init__(self, target: Any, source: Any, swapped: set[str] = frozenset()):
         self.models = target, source
-        self.target, self.source = quantized.model_parameters(target), quantized.model_parameters(source)
+        self.target, self.source = model_parameters(target), model_parameters(source)
         self.swapped = swapped
         self.saved: dict[str, Any] = {}
         self.modules: dict[str, Any] = {}  # a swapped layer's name -> the target's own module
@@ -268,115 +267,6 @@ def first_layer(model: Any, parts: Iterable[Part]) -> int:
     return min((0 if w == "embed" else layers if isinstance(w, str) else w[0] for w in found), default=layers)
 
 
-def reusable(model: Any) -> bool:
-    """Whether blame can start ``model``'s hybrids from a layer boundary: a decoder with ``layers`` and
-    ``norm`` whose every layer attends fully (a plain KV cache, whose length a stand-in can keep)."""
-    decoder = getattr(model, "get_decoder", lambda: None)()
-    kinds = set(getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"])
-    return decoder is not None and hasattr(decoder, "layers") and hasattr(decoder, "norm") and kinds == {"full_attention"}
-
-
-class Boundaries:
-    """One model's residual stream at layer boundaries, per forward call of one scoring: boundary j is
-    the input of decoder layer j (the number of layers: the input of the final norm), kept at every
-    ``every``-th layer and at the end. ``recording()`` keeps them while the model scores; ``starting(b)``
-    runs the model from boundary b on, call by call in the recorded order (the same items, the same
-    engine): layers 0..b-1 are stand-ins that keep their KV cache's length with zero-stride views
-    (no memory) and return the recorded stream. Counts the token-layers skipped."""
-
-    def __init__(self, model: Any, every: int = 1):
-        decoder = model.get_decoder()
-        self.model, self.layers, self.norm = model, decoder.layers, decoder.norm
-        count = len(self.layers)
-        self.kept = sorted(set(range(every, count, every)) | {count})
-        self.calls: list[dict[int, Any]] = []
-        self.skipped = 0  # token-layers handed over instead of computed
-
-    def start(self, layer: int) -> int:
-        """The boundary a hybrid whose first changed layer is ``layer`` starts from (0: none kept below)."""
-        return max((b for b in self.kept if b <= layer), default=0) if self.calls else 0
-
-    def bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for call in self.calls for t in call.values())
-
-    @contextmanager
-    def recording(self) -> Iterator[None]:
-        self.calls = []
-
-        def enter(module: Any, args: tuple, kwargs: dict) -> None:
-            self.calls.append({})
-
-        def keep(boundary: int) -> Any:
-            def hook(module: Any, args: tuple, kwargs: dict) -> None:
-                self.calls[-1][boundary] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
-            return hook
-
-        hooks = [self.model.register_forward_pre_hook(enter, with_kwargs=True)]
-        hooks += [(self.layers[b] if b < len(self.layers) else self.norm).register_forward_pre_hook(keep(b), with_kwargs=True)
-                  for b in self.kept]
-        try:
-            yield
-        finally:
-            for hook in hooks:
-                hook.remove()
-
-    @contextmanager
-    def starting(self, boundary: int, model: Any = None) -> Iterator[None]:
-        """Run ``model`` (default: the one recorded; another of the same architecture whose first ``boundary``
-        layers compute as the recorded one's do) from ``boundary`` on."""
-        if boundary == 0:
-            yield
-            return
-        import torch
-
-        target = self.model if model is None else model
-        layers = target.get_decoder().layers
-        calls = iter(self.calls)
-        now: dict[str, Any] = {}
-        count = len(layers)
-
-        def enter(module: Any, args: tuple, kwargs: dict) -> None:
-            now["stream"] = next(calls)[boundary]
-
-        owner = self
-
-        class StandIn(torch.nn.Module):  # no parameters of its own: the model's fingerprint and parts stay as they are
-            def __init__(self, index: int):
-                super().__init__()
-                self.index = index
-
-            def forward(self, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
-                stream = now["stream"]
-                if hidden_states.shape[:2] != stream.shape[:2]:
-                    raise RuntimeError(f"blame: a hybrid read {hidden_states.shape[1]} tokens where the recorded call "
-                                       f"read {stream.shape[1]}: not the scoring its boundaries were recorded on")
-                cache = kwargs.get("cache", kwargs.get("past_key_values"))
-                if cache is not None:
-                    layer = cache.layers[self.index]
-                    past = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
-                    config = owner.model.config.get_text_config()
-                    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-                    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-                    empty = torch.zeros((), dtype=stream.dtype, device=stream.device).expand(
-                        stream.shape[0], heads, past + stream.shape[1], dim)
-                    layer.keys, layer.values = empty, empty
-                    layer.dtype, layer.device, layer.is_initialized = stream.dtype, stream.device, True
-                owner.skipped += stream.shape[1]
-                return stream
-
-        saved = [layers[j] for j in range(min(boundary, count))]
-        hooks = [target.register_forward_pre_hook(enter, with_kwargs=True)]
-        for j in range(len(saved)):
-            layers[j] = StandIn(j)
-        try:
-            yield
-        finally:
-            for j, layer in enumerate(saved):
-                layers[j] = layer
-            for hook in hooks:
-                hook.remove()
-
-
 class StateDictPair:
     """Two loaded transformers models of one architecture (checked) as a ``Pair``: hybrids in place."""
 
@@ -392,7 +282,7 @@ class StateDictPair:
         found = fingerprints or (weights_fingerprint(original), weights_fingerprint(candidate))
         self.fingerprints = {ORIGINAL: found[0], CANDIDATE: found[1]}
         # bytes as loaded, before a forward pass (bitsandbytes may repack its scales on the first one)
-        self.sizes = [{n: stored_bytes(p) for n, p in quantized.model_parameters(model).items()} for model in (original, candidate)]
+        self.sizes = [{n: stored_bytes(p) for n, p in model_parameters(model).items()} for model in (original, candidate)]
         self.recipe_tool = "transformers" if self.swapped else "llm-compressor"
         self.tokenizer, self.names = tokenizer, names
         self.tokenizers = tokenizers or (tokenizer, tokenizer)
@@ -428,7 +318,7 @@ class StateDictPair:
         if self.differing is None:
             import torch
 
-            mine, theirs = quantized.model_parameters(self.models[ORIGINAL]), quantized.model_parameters(self.models[CANDIDATE])
+            mine, theirs = model_parameters(self.models[ORIGINAL]), model_parameters(self.models[CANDIDATE])
             self.differing = {n for n in theirs if n.rpartition(".")[0] in self.swapped or mine[n].dtype != theirs[n].dtype
                               or not torch.equal(mine[n].data, theirs[n].data.to(mine[n].device))}
         return self.differing
@@ -466,7 +356,7 @@ class StateDictPair:
         if self.swapped or target.dtype != other.dtype:
             return 0
         # equal weights compute otherwise where only one side's layer rounds its input (compressed-tensors)
-        rounding = {n for n in quantized.model_parameters(target) if len({hasattr(m.get_submodule(n.rpartition(".")[0]),
+        rounding = {n for n in model_parameters(target) if len({hasattr(m.get_submodule(n.rpartition(".")[0]),
                                                                                   "quantization_scheme") for m in (target, other)}) > 1}
         names = {n for part in taken for n in part.parameters}
         return first_layer(target, [Part(n, (n,)) for n in (self.changed() | rounding) - names])
@@ -492,9 +382,9 @@ class StateDictPair:
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """The tool's own way to make the candidate with the kept parts' linear layers left in float: for a
         candidate llm-compressor made (its ``recipe.yaml`` beside the weights), that recipe with them in each
-        quantizing modifier's ``ignore`` list (``quantized.recipe_keeping``); for one transformers quantized
+        quantizing modifier's ``ignore`` list (``recipes.recipe_keeping``); for one transformers quantized
         on load (bitsandbytes, torchao), its quantization config with them in the modules it skips
-        (``quantized.config_keeping``); and as a comment the kept tensors outside them that the candidate
+        (``recipes.config_keeping``); and as a comment the kept tensors outside them that the candidate
         changed, which neither keeps. For any other candidate none: no one tool makes it with some parts kept."""
         import torch
 
@@ -506,11 +396,11 @@ class StateDictPair:
             return []
         if self.swapped:
             left = [n for n, m in candidate.named_modules() if n in linear and not any(stored(p) for p in m.parameters())]
-            lines = quantized.config_keeping(quantization_config(candidate), left, modules, where,
-                                             str(candidate.dtype).removeprefix("torch."), str(candidate.device))
+            lines = config_keeping(quantization_config(candidate), left, modules, where,
+                                   str(candidate.dtype).removeprefix("torch."), str(candidate.device))
         else:
             made_by = recipe_file(candidate)
-            lines = quantized.recipe_keeping(made_by, modules, where) if made_by is not None else []
+            lines = recipe_keeping(made_by, modules, where) if made_by is not None else []
         outside = [n for p in kept for n in p.parameters if n.rpartition(".")[0] not in linear
                    and not self.unchanged(Part(n, (n,)))]
         if lines and outside:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_longctx.backends.base import ReadResult, read_by_session
-from pytest_longctx.backends.files import file_digest
+from pytest_longctx.backends.digests import file_digest
 from pytest_longctx.backends.llama_cpp.context import Context
 from pytest_longctx.backends.llama_cpp.library import LOG, library_versions, load_library, said
-from pytest_longctx.backends.llama_cpp.session import LlamaCppReadSession
+from pytest_longctx.backends.llama_cpp.read_session import LlamaCppReadSession
 from pytest_longctx.backends.llama_cpp.settings import DEFAULTS, Settings, default_threads
 from pytest_longctx.backends.llama_cpp.tokenizer import GGUFTokenizer
 from pytest_longctx.errors import LongctxError

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_longctx.backends import quantized
+from pytest_longctx.backends import quantization_words
 from pytest_longctx.backends.base import ReadResult, read_by_session
-from pytest_longctx.backends.files import beside_weights, folder_digest, settings_digest
+from pytest_longctx.backends.digests import beside_weights, folder_digest, settings_digest
 from pytest_longctx.backends.vllm.options import ENGINE_DEFAULTS, PROMPT_ROWS
 from pytest_longctx.backends.vllm.queries import Query, Reply
-from pytest_longctx.backends.vllm.session import VllmReadSession
+from pytest_longctx.backends.vllm.read_session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
 from pytest_longctx.errors import LongctxError
 
@@ -190,7 +190,8 @@ class VllmBackend:
         recipe = beside_weights(str(self.model_config.model), "recipe.yaml")
         # vLLM rounds keys and values with a checkpoint's KV cache scales only when its cache is float8 (kv-cache-dtype=fp8)
         cache_rounded = str(self.llm.llm_engine.vllm_config.cache_config.cache_dtype).startswith("fp8")
-        return "; ".join(filter(None, (quantized.describe(stored, cache_rounded=cache_rounded), quantized.made_by(recipe, stored))))
+        return "; ".join(filter(None, (quantization_words.describe(stored, cache_rounded=cache_rounded),
+                                       quantization_words.made_by(recipe, stored))))
 
     def describe(self) -> dict[str, Any]:
         """What makes the served model this model; ``config`` digests every setting here and

@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from pytest_longctx.backends.base import DECLARED, ReadResult, read_by_session
-from pytest_longctx.backends.files import settings_digest
+from pytest_longctx.backends.digests import settings_digest
 from pytest_longctx.backends.vllm.options import ServerOptions
 from pytest_longctx.backends.vllm.queries import Query, Reply
-from pytest_longctx.backends.vllm.session import VllmReadSession
+from pytest_longctx.backends.vllm.read_session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
 from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.errors import LongctxError, without_credentials
