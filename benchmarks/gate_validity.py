@@ -54,7 +54,7 @@ import gguf_variants  # noqa: E402
 import quantized_variants  # noqa: E402
 from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.gate.comparison import compare_files
-from pytest_longctx.gate.results import read_results
+from pytest_longctx.gate.results_file import read_results
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list

@@ -33,7 +33,7 @@ def check_every_part_swaps(pair: Any, original: Any, candidate: Any, reads: Any)
     """Blame's hybrids of ``pair`` with every part taken from the other side read as that side does: the candidate
     given every part back as ``original``, the original given every part of the candidate as ``candidate``
     (``reads``: a backend -> (top-1, log-probabilities))."""
-    from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL
+    from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL
 
     every = pair.parts("layer")
     for base, other in ((CANDIDATE, original), (ORIGINAL, candidate)):

@@ -16,7 +16,7 @@ from itemkit import write_split
 
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.results import read_results
+from pytest_longctx.gate.results_file import read_results
 from pytest_longctx.metrics.drift import Block, pack
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.scores_file import load_scores

@@ -373,8 +373,15 @@ def test_a_hub_id_that_does_not_load_offline_gets_the_offline_hint(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once, on import: no connection is tried
-    with pytest.raises(LongctxError) as exc:
+    with pytest.raises(LongctxError) as exc:  # said before anything loads
         load_backend("nobody-here/no-such-model", "hf", "float32", "cpu")
+    assert str(exc.value) == ("--model nobody-here/no-such-model: HF_HUB_OFFLINE=1 (offline), and the Hugging Face cache "
+                              "does not hold this model; download it where there is a network (or unset the variable), or "
+                              "give its local folder")
+    from pytest_longctx.backends.hf import load_pretrained
+
+    with pytest.raises(LongctxError) as exc:  # and where the loader meets it (no network, the variable unset)
+        load_pretrained("nobody-here/no-such-model", dtype="float32", device="cpu")
     assert str(exc.value).startswith("--model nobody-here/no-such-model: cannot load it: ")
     assert str(exc.value).endswith(" (offline: only local folders, .gguf files and models already in the Hugging Face cache "
                                    "load)")

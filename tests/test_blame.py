@@ -15,7 +15,7 @@ from test_blame_gguf import SETTINGS, tensors_of, write_gguf
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.backends.hybrids.gguf import GGUFPair
-from pytest_longctx.backends.hybrids.parts import CANDIDATE, select_parts
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, select_parts
 from pytest_longctx.backends.hybrids.transformers import Hybrid, StateDictPair, check_compatible, model_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
@@ -677,7 +677,8 @@ def test_a_tokenizer_that_differs_is_named_by_the_flag_that_gave_it(bpe_tokenize
         "--baseline out to score the original now")
     # an original that cannot be loaded is named by its own flag
     assert refused(tmp_path / "missing", folders["candidate"]) == (
-        f"--reference {tmp_path / 'missing'}: no such folder or file (a model folder, a .gguf file, a hub id or an alias)")
+        f"--reference {tmp_path / 'missing'}: no such folder or file (a model folder, a .gguf file, a hub id ORG/NAME or an "
+        "alias: smollm2-135m, smollm2-135m-gguf)")
     # and with them all agreeing, blame runs
     assert main(["blame", "--reference", str(folders["original"]), "--model", str(folders["candidate"]), "--baseline",
                  str(tmp_path / "baseline.json.gz"), "--parts", "layer.1", *selection]) == 0

@@ -24,7 +24,7 @@ from conftest import needs, needs_smollm2
 
 from pytest_longctx.backends.hybrids import gguf as gguf_hybrids
 from pytest_longctx.backends.hybrids.gguf import GGUFFile, GGUFPair, gguf_parts, write_hybrid
-from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, select_parts
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, select_parts
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
 from pytest_longctx.backends.llama_cpp.quantize import quantize
 from pytest_longctx.backends.llama_cpp.recipe import tensor_pattern
@@ -406,7 +406,7 @@ SIGTERM_WHILE_READING = """
 import sys, time
 from pytest_longctx.backends.hybrids.gguf import GGUFPair
 from pytest_longctx.backends.llama_cpp.settings import Settings
-from pytest_longctx.backends.hybrids.parts import CANDIDATE
+from pytest_longctx.backends.hybrids.pair import CANDIDATE
 
 original, candidate, work = sys.argv[1:]
 pair = GGUFPair(original, candidate, (Settings(threads=1), Settings(threads=1)), work_dir=work)

@@ -13,8 +13,8 @@ from pytest_longctx.compress.words import content_words
 from pytest_longctx.data.builtin.faithfulness import DEFAULT_ITEMS, build_faithfulness, item_plan
 from pytest_longctx.data.builtin.faithfulness_facts import LOW_SURPRISAL, STANDARD
 from pytest_longctx.data.builtin.text import code_files, wikipedia_articles
+from pytest_longctx.data.faithfulness import load_sessions
 from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, session_text
-from pytest_longctx.data.sessions import load_sessions
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import json
 import pytest
 from itemkit import write_split
 
+from pytest_longctx.data.faithfulness import load_sessions
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import FaithfulnessItem, Message
-from pytest_longctx.data.sessions import load_sessions
 from pytest_longctx.errors import DataError, LongctxError
 
 
@@ -93,13 +93,17 @@ def test_no_sessions_in_a_folder_says_which_layouts_are_read(tmp_path):
 
 
 def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path, rows):
+    from pytest_longctx.data.load import load_dataset
     from pytest_longctx.gate.model_run import GateRun
     from pytest_longctx.gate.options import read_options
-    from pytest_longctx.scoring.scores_file import ScoresFile
+    from pytest_longctx.scoring.fingerprint import item_fingerprint
+    from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile
 
     write_split(tmp_path, "facts", "2k", rows[("facts", "2k")])
     write_split(tmp_path, "faithfulness", "train", [published_row("s0000")])
-    ScoresFile(mode="ids", meta={}, scores={"facts": {}}).save(tmp_path / "old.json")
+    scored = [{"hits": [True], "logprobs": [-0.1]}]  # a value where there is one target; what matters is which items it holds
+    facts = {item.id: ItemScores(item_fingerprint(item), scored) for _, _, item in load_dataset(tmp_path, sets=["facts"]).items()}
+    ScoresFile(mode="ids", meta={}, scores={"facts": {"2k": facts}}).save(tmp_path / "old.json")
 
     def run(**given):
         values = {"longctx_model": "m", "longctx_data": str(tmp_path), "longctx_baseline": "old.json", **given}
@@ -112,5 +116,6 @@ def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path
     assert list(left_out.dataset.configs) == ["facts"] and {k[0] for k in left_out.fingerprints} == {"facts"}
     assert left_out.warnings == ["config faithfulness: it has none of its scores, so faithfulness is not gated; "
                                  "recreate the baseline (--longctx-update-baseline) to gate it", no_drift]
-    asked = run(longctx_sets="facts,faithfulness")  # asked for by name: gated, and refused when scored
-    assert list(asked.dataset.configs) == ["facts", "faithfulness"] and asked.warnings == [no_drift]
+    with pytest.raises(LongctxError, match=r"has no scores for faithfulness/train/s0000 \(faithfulness train: 1 of the 1 "
+                                            r"selected, it holds 0\)"):
+        run(longctx_sets="facts,faithfulness")  # asked for by name: refused before anything is loaded

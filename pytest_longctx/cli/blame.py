@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.backends.hybrids.pairs import load_models
-from pytest_longctx.backends.hybrids.parts import Pair
 from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError

@@ -15,9 +15,9 @@ from pytest_longctx.compress.interface import Compressor, resolve
 from pytest_longctx.compress.intervals import retention_interval, savings_interval
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, RowSpec, row_values
 from pytest_longctx.compress.sweep import Point, cell_sizes, knob_grid, method_sweeps, short_names
+from pytest_longctx.data.faithfulness import load_sessions, sessions
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import SUITES, FaithfulnessItem, session_text
-from pytest_longctx.data.sessions import load_sessions, sessions
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import compression_metrics, compression_summary
 from pytest_longctx.progress import labelled

@@ -10,6 +10,7 @@ from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
 from pytest_longctx.errors import without_credentials
 from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
+from pytest_longctx.reports.finish import Finished
 from pytest_longctx.reports.format import table, visible, write_json
 
 HEADERS = ["row", "full context", "compressed", "delta", "threshold", "verdict"]
@@ -40,7 +41,8 @@ def header(run: CompressorRun) -> str:
             f"compressed; savings in tokens of {tokenizer}; {reader}")
 
 
-def summary_lines(run: CompressorRun, evaluation: CompressionEvaluation, notes: list[str]) -> list[str]:
+def summary_lines(run: CompressorRun, finished: Finished) -> list[str]:
+    evaluation, notes = finished.evaluation, finished.notes
     lines = [visible(header(run))]
     if evaluation.rows:
         lines.append(gate_table(evaluation))
@@ -74,13 +76,12 @@ def results_json(run: CompressorRun, evaluation: CompressionEvaluation) -> dict[
         "full_rows": {row.label: row.full for row in evaluation.rows},
         "sets": evaluation.sets,
         "meta": run.meta,
-        "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "compressed": v.model, "full": v.baseline,
-                      "threshold": v.threshold, "verdict": v.word} for v in evaluation.verdicts],
+        "verdicts": [v.to_json() for v in evaluation.verdicts],  # model: compressed, baseline: the full context
         "items": {"/".join(key): outcome for key, outcome in run.outcomes.items()},
     }
 
 
-def finish(run: CompressorRun, junit: Any, stopped: str | None = None) -> tuple[CompressionEvaluation, list[str]]:
+def finish(run: CompressorRun, junit: Any, stopped: str | None = None) -> Finished:
     """At the end of the session (controller): the results JSON and the junit properties
     (``stopped``, why the run ended early, changes nothing: this gate writes no baseline)."""
     evaluation = run.evaluate()
@@ -91,4 +92,4 @@ def finish(run: CompressorRun, junit: Any, stopped: str | None = None) -> tuple[
     if junit is not None:
         for name, value in suite_properties(run, evaluation):
             junit.add_global_property(name, value)
-    return evaluation, notes
+    return Finished(evaluation, notes)

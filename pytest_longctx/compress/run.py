@@ -28,11 +28,11 @@ from pytest_longctx.compress.cache import CompressionCache
 from pytest_longctx.compress.evaluate import Reader, compress_all, read_answers
 from pytest_longctx.compress.interface import parse_knobs, resolve
 from pytest_longctx.compress.rows import ANSWER_ROWS, ROWS, RowSpec, row_values
+from pytest_longctx.data.faithfulness import load_sessions, sessions
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, ItemKey
-from pytest_longctx.data.sessions import load_sessions, sessions
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.gate_session import Case, Progress
 from pytest_longctx.gate.options import GateOptions
-from pytest_longctx.gate.session import Case, Progress
 from pytest_longctx.gate.verdicts import Verdict, item_key
 from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
 from pytest_longctx.numbers import meets

@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_longctx.backends.base import Backend, describe
-from pytest_longctx.backends.hybrids.parts import CANDIDATE, ORIGINAL, Cost, Pair, Part, non_finite_kind, select_parts
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Cost, Pair, Part, non_finite_kind, select_parts
 from pytest_longctx.backends.hybrids.transformers import StateDictPair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError

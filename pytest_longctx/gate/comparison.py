@@ -12,7 +12,7 @@ from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.results import ResultsFile, find_data
+from pytest_longctx.gate.results_file import ResultsFile, find_data
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
@@ -63,7 +63,7 @@ class Comparison:
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
             "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
-            "verdicts": [{**asdict(v), "verdict": v.word} for v in evaluation.verdicts],
+            "verdicts": evaluation.verdicts_json(),
             "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
@@ -101,7 +101,7 @@ def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
     errors = [e for e in (run.missing_baseline, run.failure) if e]
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
     return Comparison(without_credentials(str(run.options.model)), said, run.scores.mode or "n/a", evaluation, run.thresholds,
-                      items, targets, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
+                      items, targets, notes=evaluation.notes, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
                       reads=read_drift(run.scores, baseline, run.dataset))
 
 
@@ -149,6 +149,6 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
     items, targets = losses(results.scores, baseline, sets, baseline_sets, thresholds, dataset)
     evaluation = evaluate(sets, baseline_sets, thresholds)
     return Comparison(model_name(results.meta), header(results.meta, baseline.meta, f"baseline {baseline.path}"),
-                      results.mode, evaluation, thresholds, items, targets, notes,
+                      results.mode, evaluation, thresholds, items, targets, [*notes, *evaluation.notes],
                       [*compare_judged(baseline.meta, results.meta).warnings, *evaluation.warnings],
                       reads=read_drift(results.scores, baseline, dataset))

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model, is_model_name
-from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.base import Backend, tokenizer_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.gate.gate_session import Case, Progress, unit_of
 from pytest_longctx.gate.options import GateOptions
-from pytest_longctx.gate.session import Case, Progress, unit_of
 from pytest_longctx.gate.verdicts import (
     Evaluation,
     cell_key,
@@ -81,13 +81,10 @@ class GateRun:
         self.fingerprints = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
         if self.baseline is not None:  # before any model is loaded: a baseline of a narrower selection, or stale
             check_coverage(self.baseline, self.fingerprints, "baseline")
-        if options.model and options.backend in MODEL_BACKENDS:
-            check_model(options.model, "--longctx-model")
         self.needed: dict[str, set[ItemKey]] = {}
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
-        self.unwritten: str | None = None  # why the baseline asked for was not written (the plugin fails the run)
         self.cache: Any = None
         self._evaluations: dict[frozenset[ItemKey], Evaluation] = {}
         self.warnings: list[str] = left_out + self.thresholds.check_patterns(self.check_keys())
@@ -202,7 +199,7 @@ class GateRun:
         return item_id in self.scores.scores.get(config, {}).get(length, {})
 
     def _score(self, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
-        tokenizer = getattr(backend, "tokenizer", None)
+        tokenizer = tokenizer_of(backend)
         if not self.scores.mode:
             self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset, self.warnings)  # a fallback to text says so
             if self.baseline is not None:

@@ -117,8 +117,9 @@ class Verdict:
     @property
     def vacuous(self) -> bool:
         """The threshold lies at or below any value the model can take: the check cannot fail (the
-        baseline leaves no more than the allowed drop to lose)."""
-        return not self.at_most and self.floor is not None and self.threshold <= self.floor
+        baseline leaves no more than the allowed drop to lose). A model with no value where the baseline
+        has one (its targets non-finite) still fails."""
+        return self.model is not None and not self.at_most and self.floor is not None and self.threshold <= self.floor
 
     @property
     def applicable(self) -> bool:
@@ -187,6 +188,15 @@ class Verdict:
     def word(self) -> str:
         """PASS, FAIL, or n/a when the model has no value to judge."""
         return verdict_word(self.passed if self.applicable else None)
+
+    def to_json(self, damage: str | None = None) -> dict[str, Any]:
+        """The check as every results file keeps it: its values, threshold and word, its uncertainty, and
+        ``damage``, its row's damage kind where the row fails (``Evaluation.verdicts_json``)."""
+        return {"key": self.key, "label": self.label, "metric": self.metric, "model": self.model, "baseline": self.baseline,
+                "reference": self.reference, "threshold": self.threshold, "rule": self.rule, "at_most": self.at_most,
+                "verdict": self.word, "interval": self.interval, "items": self.items, "mdd": self.mdd, "lost": self.lost,
+                "gained": self.gained, "p": self.p, "alpha": self.alpha, "bound": self.bound, "losers": self.losers,
+                "damage": damage}
 
     def message(self) -> str:
         head = (f"{self.label}: {self.metric} {number(self.model)} ({self.reference} {number(self.baseline)}), "
@@ -324,11 +334,12 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
 
 
 def uncounted(config: str, length: str, metrics: dict[str, Any]) -> str | None:
-    """A warning when some of a rules set's placement x family cells hold no counted target (the baseline's
-    rule effect below --min-effect), so their checks are n/a: how many of its targets count, and how many
-    items would give every cell one at that rate."""
-    per_cell = [cell for by_family in metrics["cells"].values() for family, cell in by_family.items() if family != "all"]
-    if all(cell["counted"] for cell in per_cell):
+    """Where a rules set's headline rows are n/a because their cells hold no counted target (the baseline's
+    rule effect below the min effect: the follow row's system-prompt cell, or every family cell the worst
+    case reads), how many of its targets count and how many items would give every cell one at that rate."""
+    cells = metrics["cells"]
+    per_cell = [cell for by_family in cells.values() for family, cell in by_family.items() if family != "all"]
+    if cells["system"]["all"]["counted"] and any(cell["counted"] for cell in per_cell):
         return None
     items = len(metrics["per_item"])
     targets, counted = sum(cell["targets"] for cell in per_cell), sum(cell["counted"] for cell in per_cell)
@@ -365,11 +376,18 @@ class Evaluation:
 
     @property
     def warnings(self) -> list[str]:
-        """Checks the selection is too small to gate (``too_small``), rows first, then the rules configs whose
-        cells it leaves without a counted target (``uncounted``)."""
-        found = [w for w in (too_small(v) for v in self.verdicts) if w]
-        return found + [w for config, by_length in self.baseline_sets.items() if config_kind(config) == "rules"
-                        for length, metrics in by_length.items() if (w := uncounted(config, length, metrics))]
+        """Checks the selection is too small to gate (``too_small``), rows first."""
+        return [w for w in (too_small(v) for v in self.verdicts) if w]
+
+    @property
+    def notes(self) -> list[str]:
+        """Why rules rows are n/a where the selection leaves their cells without a counted target (``uncounted``)."""
+        return [n for config, by_length in self.baseline_sets.items() if config_kind(config) == "rules"
+                for length, metrics in by_length.items() if (n := uncounted(config, length, metrics))]
+
+    def verdicts_json(self) -> list[dict[str, Any]]:
+        """Every check as the results files keep it, each with its row's damage kind where the row fails."""
+        return [v.to_json(self.damage_kind(row_of(v.label)) if v.damage is not None else None) for v in self.verdicts]
 
     def failing_rows(self) -> set[str]:
         """The rows with a failing check (the row's own, or its drift check)."""

@@ -12,7 +12,7 @@ OPTION = "--backend-option"
 
 # accelerate's big-model loading strategies, by name
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-# the quantized KV caches the transformers backend reads contexts into (backends/kv_caches.py)
+# the quantized KV caches the transformers backend reads contexts into (backends/hf/kv_caches.py)
 KV_CACHES = ("fp8",)
 
 TRANSFORMERS = KeyTable(OPTION, "the transformers backend", (

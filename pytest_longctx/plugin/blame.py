@@ -11,17 +11,16 @@ the model the baseline was made from, as its meta names it, where this machine c
 from __future__ import annotations
 
 import fnmatch
-import os
 import shlex
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pytest
 
 from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.backends.hybrids.pairs import load_models
-from pytest_longctx.backends.hybrids.parts import Pair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
@@ -30,13 +29,12 @@ from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, dataset_keys
 from pytest_longctx.options.table import PAIR_BACKENDS, THRESHOLD_FIELDS
 from pytest_longctx.paths import write_text_atomically
-from pytest_longctx.plugin.hooks import running
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
+from pytest_longctx.reports.finish import append, step_summary
 from pytest_longctx.reports.format import markdown_code, visible
 from pytest_longctx.reports.format import markdown_text as cell
 
 UNNAMED = "<the original model>"  # the command's --reference where nothing names a loadable original
-STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
 def threshold_arguments(thresholds: Thresholds, keys: Mapping[str, Iterable[str]]) -> list[str]:
@@ -59,8 +57,8 @@ class BlameAfterGate:
     """A plugin registered beside a model gate: after its summary, the blame command of its failing
     rows, and (``run_it``) that blame, its report in the terminal, after the markdown summary and in the HTML report."""
 
-    def __init__(self, run: GateRun, config: pytest.Config):
-        self.run, self.config = run, config
+    def __init__(self, run: GateRun, config: pytest.Config, finished: Callable[[], Evaluation | None]):
+        self.run, self.config, self.finished = run, config, finished
         self.reference: str | None = config.getoption("longctx_blame_reference")
         self.run_it = bool(config.getoption("longctx_blame"))
 
@@ -76,7 +74,9 @@ class BlameAfterGate:
         return UNNAMED, why
 
     def evaluation(self) -> Evaluation:
-        return running(self.config).final[0]
+        evaluation = self.finished()
+        assert evaluation is not None, "blame follows a finished gate"
+        return evaluation
 
     def blamed(self) -> list[str]:
         """The failing rows with drift figures, in the gate's order (none: nothing to blame)."""
@@ -129,8 +129,7 @@ class BlameAfterGate:
 
     @pytest.hookimpl(trylast=True)  # after the gate's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        gate = running(self.config)
-        if gate is None or gate.final is None or self.run.baseline is None:
+        if self.finished() is None or self.run.baseline is None:
             return
         rows = self.blamed()
         if not rows:
@@ -188,16 +187,15 @@ class BlameAfterGate:
         """``text`` after the gate's markdown summary (``--longctx-markdown``) and the CI step summary;
         a line for each file it could not be added to."""
         failures = []
-        for path in dict.fromkeys(p for p in (self.run.options.markdown, os.environ.get(STEP_SUMMARY)) if p):
+        for path in dict.fromkeys(p for p in (self.run.options.markdown, step_summary()) if p):
             try:
-                with open(Path(path), "a", encoding="utf-8") as handle:
-                    handle.write(text)
+                append(path, text)
             except OSError as exc:
                 failures.append(f"longctx: blame NOT added to {path}: {exc.strerror or exc}")
         return failures
 
 
-def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
+def follow_up(run: GateRun, config: pytest.Config, finished: Callable[[], Evaluation | None]) -> BlameAfterGate | None:
     """The plugin that follows a model gate's summary; None where it has nothing to blame (updating
     the baseline, a backend blame makes no hybrids for, a KV-cache press or quantized KV cache). ``--longctx-blame`` where
     it cannot run: one line."""
@@ -213,7 +211,7 @@ def follow_up(run: GateRun, config: pytest.Config) -> BlameAfterGate | None:
                    else f"it blames the parts of a model's weights, and {context} changes its KV cache, not its weights")
             raise LongctxError(f"--longctx-blame: {why}; leave it out")
         return None
-    found = BlameAfterGate(run, config)
+    found = BlameAfterGate(run, config, finished)
     why = found.original()[1]
     if found.run_it and run.baseline is not None and why:
         raise LongctxError(f"--longctx-blame: {why}; give the original (uncompressed) model with --longctx-blame-reference MODEL")

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.session import Case, GateSession
+from pytest_longctx.gate.gate_session import Case, GateSession
 from pytest_longctx.reports.format import visible
 
 

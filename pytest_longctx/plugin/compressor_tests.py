@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.gate.session import Case, GateSession
-from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
+from pytest_longctx.gate.gate_session import Case, GateSession
+from pytest_longctx.plugin.checks import check_item, ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_retention": "item", "test_threshold": "row"}
@@ -17,13 +17,8 @@ def _ensure(run: GateSession, request: Any) -> None:
 
 
 def test_retention(longctx_case: Case, longctx_run: GateSession, request: Any) -> None:
-    case, record_property = longctx_case, recorder(request)
     _ensure(longctx_run, request)
-    problems, properties = longctx_run.item_report(case.item)
-    for name, value in properties.items():
-        record_property(f"longctx.{name}", value)
-    if problems:
-        fail(f"{case.key}: " + "; ".join(problems))
+    check_item(longctx_case, longctx_run, request)
 
 
 def test_threshold(longctx_case: Case, longctx_run: GateSession, request: Any) -> None:

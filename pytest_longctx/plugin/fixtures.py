@@ -3,24 +3,26 @@ terminal, and every result at once for a user's own tests."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator
 
 import pytest
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend, close
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.session import GateEvaluation, GateSession
+from pytest_longctx.gate.gate_session import GateEvaluation, GateSession
+from pytest_longctx.plugin.checks import fail
 from pytest_longctx.plugin.hooks import running
 from pytest_longctx.progress import labelled
 from pytest_longctx.reports.format import visible
 
 
-def env_worker() -> str | None:
-    """The pytest-xdist worker this process is (``gw0``, …); None in a controller or alone."""
-    return os.environ.get("PYTEST_XDIST_WORKER")
+def worker_of(config: pytest.Config) -> str | None:
+    """The pytest-xdist worker this run is (``gw0``, …); None in a controller or alone. Asked of the run's
+    config, not of the environment, which a pytest run inside a worker's test (pytester) inherits."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput.get("workerid") if workerinput is not None else None
 
 
 def worker_device(device: str, worker: str | None) -> str:
@@ -39,7 +41,7 @@ def longctx_run(request: pytest.FixtureRequest) -> GateSession:
     run = running(request.config)
     if run is None:
         pytest.skip("pytest-longctx is inactive: pass --longctx-model")
-    return run.gate_session
+    return run.session
 
 
 @pytest.fixture(scope="session")
@@ -51,12 +53,13 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
     # what loading says (a first-run conversion, the loader's progress) reaches the terminal
     capture = request.config.pluginmanager.getplugin("capturemanager")
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None and not env_worker():
+    worker = worker_of(request.config)
+    if reporter is not None and not worker:
         reporter.ensure_newline()  # past the test's "longctx " on its own line (was "longctx longctx: converting")
     try:
-        with capture.global_and_fixture_disabled() if capture and not env_worker() else contextlib.nullcontext():
+        with capture.global_and_fixture_disabled() if capture and not worker else contextlib.nullcontext():
             backend, _ = load_backend(options.model, options.backend, options.dtype,
-                                      worker_device(options.device, env_worker()), options.backend_options,
+                                      worker_device(options.device, worker), options.backend_options,
                                       options.trust_remote_code, kv_press=options.kv_press)
     except LongctxError as exc:
         failure = str(exc)
@@ -64,7 +67,7 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         yield backend
         close(backend)
         return
-    if not env_worker():  # one line and a usage error, not the same failure in every generated test
+    if not worker:  # one line and a usage error, not the same failure in every generated test
         pytest.exit(visible(f"longctx: the model did not load: {failure}"), returncode=pytest.ExitCode.USAGE_ERROR)
     fail(failure)  # outside the except: the message once, not chained to itself
 
@@ -78,7 +81,7 @@ def longctx_baseline(longctx_run: GateSession) -> Any:
 @pytest.fixture(scope="session")
 def longctx_progress(request: pytest.FixtureRequest) -> Any:
     """How scoring reports progress: on the terminal, past pytest's capture."""
-    if env_worker():
+    if worker_of(request.config):
         return False  # xdist workers have no terminal of their own
     stream = _TerminalStream(request.config)
     return labelled("longctx", stream)
@@ -95,34 +98,6 @@ def longctx_results(longctx_run: GateSession, longctx_backend: Backend, longctx_
     else:
         return longctx_run.evaluate()
     fail(failure)
-
-
-def ensure_or_fail(run: GateSession, units: list[str], backend: Backend | None, progress: Any) -> None:
-    """``run.ensure``, a failure turned into the test's one-line failure."""
-    try:
-        run.ensure(units, backend, progress)
-    except LongctxError as exc:
-        failure = str(exc)
-    else:
-        return
-    fail(failure)  # outside the except: the message once, not chained to itself
-
-
-def fail(*messages: str) -> NoReturn:
-    """Fail the test with one line per message, control characters written out: an id from
-    the data is shown on the terminal and in the junit file, never acted on."""
-    pytest.fail("\n".join(visible(m) for m in messages), pytrace=False)
-
-
-def skip(message: str) -> NoReturn:
-    pytest.skip(visible(message))
-
-
-def recorder(request: pytest.FixtureRequest) -> Any:
-    """``record_property`` without its fixture, which warns under junit_family xunit2 in one
-    process (never under xdist, whose workers have no junit file): the same properties reach
-    the junit XML either way."""
-    return lambda name, value: request.node.user_properties.append((name, value))
 
 
 class _TerminalStream:

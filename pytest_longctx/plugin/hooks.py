@@ -1,72 +1,24 @@
 """pytest hooks of the gate. Inert without ``--longctx-model`` or ``--longctx-compressor``:
 nothing is added and nothing heavy is imported (not numpy, not the scoring engine).
 
-Each hook delegates in a few lines to the running gate: its gate session (a ``GateSession``),
-the module of its generated tests, and its report functions. Which gate runs is decided
-once, from the options, in ``pytest_configure``; no hook asks again."""
+Each hook delegates to the running gate (plugin/gates.py's ``Gate``): its gate session (a
+``GateSession``), the module of its generated tests, its finish and its summary. Which gate
+runs is decided once, from the options, in ``pytest_configure``; no hook asks again."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from _pytest.junitxml import xml_key
 
-from pytest_longctx.backends.registry import load
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import GateOptions, read_options
-from pytest_longctx.gate.session import Case, GateSession
+from pytest_longctx.gate.gate_session import Case
+from pytest_longctx.gate.options import read_options
 from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
 from pytest_longctx.options.table import PYTEST, taken_by
+from pytest_longctx.plugin.gates import Gate, start
 from pytest_longctx.reports.format import visible
-
-
-@dataclass(frozen=True)
-class Gate:
-    """A gate the plugin can run, as ``module:object`` names imported only when it runs."""
-
-    gate_session: str  # a GateSession class, made as cls(options, invocation_dir)
-    tests: str  # the module of its generated tests, with CASE_KINDS
-    finish: str  # finish(gate_session, junit, stopped) -> final: writes what was asked for (controller)
-    summary: str  # summary_lines(gate_session, *final) -> the terminal summary's lines
-    follow: str | None = None  # follow_up(gate_session, config) -> a plugin for after the summary, or None
-
-
-MODEL_GATE = Gate("pytest_longctx.gate.model_run:GateRun", "pytest_longctx.plugin.model_tests",
-                  "pytest_longctx.reports.files:finish", "pytest_longctx.reports.text:summary_lines",
-                  "pytest_longctx.plugin.blame:follow_up")
-COMPRESSOR_GATE = Gate("pytest_longctx.compress.run:CompressorRun", "pytest_longctx.plugin.compressor_tests",
-                       "pytest_longctx.compress.report:finish", "pytest_longctx.compress.report:summary_lines")
-
-
-@dataclass
-class Running:
-    """The gate of this pytest process."""
-
-    gate: Gate
-    gate_session: GateSession
-    tests: ModuleType
-    final: tuple[Any, ...] | None = None  # what finish returned, for the summary
-    shown: bool = False  # the summary was written
-
-    @classmethod
-    def start(cls, options: GateOptions, invocation_dir: Path) -> Running:
-        gate = COMPRESSOR_GATE if options.compressor else MODEL_GATE
-        return cls(gate, load(gate.gate_session)(options, invocation_dir), load(gate.tests))
-
-    def report(self, name: str) -> Callable[..., Any]:
-        return load(getattr(self.gate, name))
-
-    def follow_up(self, config: pytest.Config) -> Any:
-        """The gate's plugin for after its summary (blame), or None; ``--longctx-blame`` where it does not apply: one line."""
-        if self.gate.follow is not None:
-            return self.report("follow")(self.gate_session, config)
-        if config.getoption("longctx_blame"):
-            raise LongctxError("--longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), "
-                               "not a compressor gate's; leave it out")
-        return None
 
 
 class Watch:
@@ -116,11 +68,12 @@ GATE_NODEID = "longctx"  # the generated tests' module
 # the exit statuses after which pytest writes its terminal summary (and so the gate's)
 SUMMARY_STATUSES = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED,
                     pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED)
-RUNNING = pytest.StashKey[Running]()
+RUNNING = pytest.StashKey[Gate]()
 WATCH = pytest.StashKey[Watch]()
+SHOWN = pytest.StashKey[bool]()  # the gate's summary was written
 
 
-def running(config: pytest.Config) -> Running | None:
+def running(config: pytest.Config) -> Gate | None:
     return config.stash.get(RUNNING, None)
 
 
@@ -145,8 +98,11 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     try:
         options = read_options(config.getoption, config.getini, config.inipath)
-        run = config.stash[RUNNING] = Running.start(options, config.invocation_params.dir)
-        run.gate_session.warnings.extend(_rootdir_taken_from_an_option(config))
+        if options.compressor and config.getoption("longctx_blame"):
+            raise LongctxError("--longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), "
+                               "not a compressor gate's; leave it out")
+        run = config.stash[RUNNING] = start(options, config.invocation_params.dir)
+        run.session.warnings.extend(_rootdir_taken_from_an_option(config))
         follow = run.follow_up(config)
     except LongctxError as exc:
         raise pytest.UsageError(visible(str(exc))) from None
@@ -197,7 +153,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if run is None or "longctx_case" not in metafunc.fixturenames:
         return
     kind = run.tests.CASE_KINDS[metafunc.function.__name__]
-    cases = [c for c in run.gate_session.cases() if c.kind == kind]
+    cases = [c for c in run.session.cases() if c.kind == kind]
     metafunc.parametrize("longctx_case", [pytest.param(c, id=c.key, marks=pytest.mark.xdist_group(c.unit)) for c in cases])
 
 
@@ -211,7 +167,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
     # reported as collected (the terminal said "collected 0 items" before running them all)
     config.hook.pytest_collectreport(report=pytest.CollectReport(module.nodeid, "passed", None, generated))
-    if run.gate_session.options.only and items:
+    if run.session.options.only and items:
         config.hook.pytest_deselected(items=list(items))
         items.clear()
     items.extend(generated)
@@ -220,7 +176,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     run = running(session.config)
     if run is not None:
-        run.gate_session.select(case for case in map(_case, session.items) if case is not None)
+        run.session.select(case for case in map(_case, session.items) if case is not None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
@@ -230,15 +186,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller reports
-        workeroutput["longctx"] = run.gate_session.export()
+        workeroutput["longctx"] = run.session.export()
         return
-    stopped = session.config.stash[WATCH].stopped(session, exitstatus)
-    run.final = run.report("finish")(run.gate_session, session.config.stash.get(xml_key, None), stopped)
-    if getattr(run.gate_session, "unwritten", None) and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a file asked for is missing: not a pass
+    status = run.finish(session.config.stash.get(xml_key, None), session.config.stash[WATCH].stopped(session, exitstatus))
+    if status is not None and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = status  # a file asked for is missing: not a pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if exitstatus not in SUMMARY_STATUSES and reporter is not None:
-        _summary(reporter, run)  # pytest writes no summary after an internal error: the gate's still shows
+        _summary(reporter, session.config)  # pytest writes no summary after an internal error: the gate's still shows
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -246,19 +201,18 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     run = running(node.config)
     exported = getattr(node, "workeroutput", {}).get("longctx")
     if run is not None and exported:
-        run.gate_session.absorb(exported)
+        run.session.absorb(exported)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    _summary(terminalreporter, config)
+
+
+def _summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = running(config)
-    if run is not None:
-        _summary(terminalreporter, run)
-
-
-def _summary(terminalreporter: Any, run: Running) -> None:
-    if run.final is None or run.shown:
+    if run is None or run.finished is None or config.stash.get(SHOWN, False):
         return
-    run.shown = True
+    config.stash[SHOWN] = True
     terminalreporter.section("longctx")
-    for line in run.report("summary")(run.gate_session, *run.final):
+    for line in run.summary_lines():
         terminalreporter.write_line(line)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.backends.base import Backend
+from pytest_longctx.gate.gate_session import Case, GateSession
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.session import Case, GateSession
-from pytest_longctx.plugin.fixtures import ensure_or_fail, fail, recorder, skip
+from pytest_longctx.plugin.checks import check_item, ensure_or_fail, fail, recorder, skip
 
 # which cases each test function takes (see GateSession.cases)
 CASE_KINDS = {"test_baseline": "baseline", "test_item": "item", "test_cell": "cell", "test_row": "row"}
@@ -22,13 +22,8 @@ def test_baseline(longctx_case: Case, longctx_run: GateRun) -> None:
 
 def test_item(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,
               request: Any) -> None:
-    case, record_property = longctx_case, recorder(request)
-    ensure_or_fail(longctx_run, [case.unit], longctx_backend, longctx_progress)
-    problems, properties = longctx_run.item_report(case.item)
-    for name, value in properties.items():
-        record_property(f"longctx.{name}", value)
-    if problems:
-        fail(f"{case.key}: " + "; ".join(problems))
+    ensure_or_fail(longctx_run, [longctx_case.unit], longctx_backend, longctx_progress)
+    check_item(longctx_case, longctx_run, request)
 
 
 def test_cell(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,

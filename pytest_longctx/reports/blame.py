@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_longctx.backends.hybrids.parts import CANDIDATE
+from pytest_longctx.backends.hybrids.pair import CANDIDATE
 from pytest_longctx.options.table import CARRY
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.format import html_text, markdown_code, table, visible

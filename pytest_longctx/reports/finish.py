@@ -1,10 +1,11 @@
-"""What a finished model gate writes on the controller: the results JSON
-(``--longctx-out``), the baseline (``--longctx-update-baseline``), the markdown summary
-(``--longctx-markdown PATH``; appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the
-HTML report (``--longctx-html PATH``) and the junit suite properties."""
+"""How a model gate run finishes on the controller: the results JSON (``--longctx-out``), the
+baseline (``--longctx-update-baseline``), the markdown summary (``--longctx-markdown PATH``;
+appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the HTML report (``--longctx-html PATH``)
+and the junit suite properties, written; and what that leaves for the summary (``Finished``)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,24 @@ from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
-def _write(path: str, text: str, append: bool = False) -> None:
-    if not append:
-        write_text_atomically(path, text)
-        return
+@dataclass
+class Finished:
+    """What a finished gate leaves for its summary: the evaluation of all it scored, the lines
+    about what it wrote, and why the run cannot pass as it stands (a file asked for is missing)."""
+
+    evaluation: Any  # the gate's evaluation (gate/verdicts.Evaluation, compress/run.CompressionEvaluation)
+    notes: list[str] = field(default_factory=list)
+    failed: str | None = None
+
+
+def step_summary() -> str | None:
+    """The CI job's step summary file (GitHub Actions' ``$GITHUB_STEP_SUMMARY``), when there is one."""
+    return os.environ.get(STEP_SUMMARY) or None
+
+
+def append(path: str, text: str) -> None:
+    """``text`` at the end of the file ``path`` (made, with its folders, where missing): how the gate's
+    markdown and blame's after it reach a CI step summary."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "a", encoding="utf-8") as handle:
@@ -35,32 +50,33 @@ def _write(path: str, text: str, append: bool = False) -> None:
 
 def write_reports(run: GateRun, evaluation: Evaluation) -> list[str]:
     """Write the reports asked for; the summary's notes about them."""
-    options, step_summary = run.options, os.environ.get(STEP_SUMMARY)
-    if not (options.markdown or options.html or step_summary):
+    options, ci = run.options, step_summary()
+    if not (options.markdown or options.html or ci):
         return []
     comparison = from_gate_run(run, evaluation)
     notes = []
     try:
-        if options.markdown or step_summary:
+        if options.markdown or ci:
             summary = ci_summary(comparison)
             if options.markdown:
-                _write(options.markdown, summary)
+                write_text_atomically(options.markdown, summary)
                 notes.append(f"longctx: markdown summary written to {options.markdown}")
-            if step_summary:
-                _write(step_summary, summary, append=True)
+            if ci:
+                append(ci, summary)
         if options.html:
-            _write(options.html, html_report(comparison))
+            write_text_atomically(options.html, html_report(comparison))
             notes.append(f"longctx: HTML report written to {options.html}")
     except OSError as exc:
         notes.append(f"longctx: a report could not be written: {exc.filename}: {exc.strerror}")
     return notes
 
 
-def finish(run: GateRun, junit: Any, stopped: str | None = None) -> tuple[Evaluation, list[str]]:
-    """Everything the run was asked to write; (its evaluation, notes for the summary).
-    ``stopped``: why the pytest run ended before its tests all ran (the plugin says), or None."""
+def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
+    """Everything the run was asked to write, and what it leaves for the summary. ``stopped``: why
+    the pytest run ended before its tests all ran (the plugin says), or None."""
     evaluation = run.evaluate()
     notes = []
+    failed = None
     options = run.options
     # the paths were checked before any work (GateRun); a failure now (a full disk, a folder
     # removed meanwhile) is a note in the summary, not a traceback that hides the results
@@ -80,8 +96,8 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> tuple[Evalua
             except LongctxError as exc:  # what it holds cannot make a baseline
                 refused = str(exc)
         if refused:
-            run.unwritten = f"baseline {run.baseline_path} NOT written: {refused}"
-            notes.append(f"longctx: {run.unwritten}")
+            failed = f"baseline {run.baseline_path} NOT written: {refused}"
+            notes.append(f"longctx: {failed}")
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
@@ -89,4 +105,4 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> tuple[Evalua
     if junit is not None:
         for name, value in suite_properties(run, evaluation):
             junit.add_global_property(name, value)
-    return evaluation, notes
+    return Finished(evaluation, notes, failed)

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from typing import Any
 
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.verdicts import Evaluation, row_of
+from pytest_longctx.gate.verdicts import Evaluation
 
 
 def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
@@ -18,11 +18,7 @@ def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
         "meta": {**run.scores.meta, "min_effect": run.thresholds.min_effect},
         "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
         "baseline_rows": evaluation.baseline_rows,
-        "verdicts": [{"key": v.key, "label": v.label, "metric": v.metric, "model": v.model, "baseline": v.baseline,
-                      "threshold": v.threshold, "verdict": v.word, "interval": v.interval, "items": v.items, "mdd": v.mdd,
-                      "lost": v.lost, "gained": v.gained, "p": v.p, "alpha": v.alpha, "bound": v.bound,
-                      "damage": evaluation.damage_kind(row_of(v.label)) if v.damage is not None else None}
-                     for v in evaluation.verdicts],
+        "verdicts": evaluation.verdicts_json(),
         "drift": {name: {**asdict(found), "kind": evaluation.damage_kind(name)} for name, found in evaluation.drift.items()},
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
     }

@@ -100,8 +100,10 @@ def damage_lines(evaluation: Any) -> list[str]:
     return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if evaluation.damage_kind(name)]
 
 
-def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
-    options = run.options
+def summary_lines(run: Any, finished: Any) -> list[str]:
+    """The model gate's terminal summary: what was gated against what, the tables, the failing cells,
+    the warnings, and what was written (``finished``: reports/finish.py's ``Finished``)."""
+    options, evaluation, notes = run.options, finished.evaluation, finished.notes
     against = ("itself (updating the baseline)" if options.update_baseline else
                f"baseline {run.baseline_path}" if run.baseline_path is not None else "no baseline")
     scored = sum(1 for _ in run.scores.items())
@@ -111,6 +113,7 @@ def summary_lines(run: Any, evaluation: Any, notes: list[str]) -> list[str]:
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:
         lines.append(gate_table(evaluation))
+        lines.extend(visible(f"n/a: {note}") for note in evaluation.notes)
     if evaluation.drift:
         lines.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
         lines.append(table(DRIFT_HEADERS, drift_rows(evaluation)))

@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass
 
 from pytest_longctx.data.builtin.chat import CALL_FORMAT, Doc, add_call, close_turn, open_turn, tool_json
+from pytest_longctx.data.builtin.conversation import CutSession, estimated_tokens, grow_and_cut, token_span
 from pytest_longctx.data.builtin.documents import Documents, session_tokens
 from pytest_longctx.data.builtin.fit import CutError, Encoding, SegmentEncoder
 from pytest_longctx.data.builtin.plan import Plan
 from pytest_longctx.data.builtin.rule_texts import LANGS, RULES, Rule
-from pytest_longctx.data.builtin.session import CutSession, estimated_tokens, grow_and_cut, token_span
 from pytest_longctx.data.builtin.shell import ACTIONS
 from pytest_longctx.data.builtin.sourcing import SourceUse, source_records
 from pytest_longctx.data.builtin.text import projects

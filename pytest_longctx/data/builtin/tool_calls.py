@@ -6,10 +6,10 @@ import random
 from dataclasses import dataclass
 
 from pytest_longctx.data.builtin.chat import CALL_FORMAT, Doc, Mark, add_call, close_turn, open_turn, tool_json
+from pytest_longctx.data.builtin.conversation import CutSession, grow_and_cut, token_span
 from pytest_longctx.data.builtin.documents import Documents
 from pytest_longctx.data.builtin.fit import CutError, Encoding, SegmentEncoder
 from pytest_longctx.data.builtin.plan import Plan
-from pytest_longctx.data.builtin.session import CutSession, grow_and_cut, token_span
 from pytest_longctx.data.builtin.shell import ACTIONS
 from pytest_longctx.data.builtin.sourcing import SourceUse, source_records
 from pytest_longctx.data.builtin.text import CodeFile, projects
