@@ -13,6 +13,7 @@ from pytest_longctx.plugin.hooks import (
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_generate_tests,
+    pytest_ignore_collect,
     pytest_sessionfinish,
     pytest_terminal_summary,
     pytest_testnodedown,
@@ -21,5 +22,5 @@ from pytest_longctx.plugin.hooks import (
 __all__ = [
     "longctx_backend", "longctx_baseline", "longctx_progress", "longctx_results", "longctx_run",
     "pytest_addoption", "pytest_collection_finish", "pytest_collection_modifyitems", "pytest_configure",
-    "pytest_generate_tests", "pytest_sessionfinish", "pytest_terminal_summary", "pytest_testnodedown",
+    "pytest_generate_tests", "pytest_ignore_collect", "pytest_sessionfinish", "pytest_terminal_summary", "pytest_testnodedown",
 ]

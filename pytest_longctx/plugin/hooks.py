@@ -167,10 +167,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
     # reported as collected (the terminal said "collected 0 items" before running them all)
     config.hook.pytest_collectreport(report=pytest.CollectReport(module.nodeid, "passed", None, generated))
-    if run.session.options.only and items:
+    if run.session.options.only and items:  # none left, as pytest_ignore_collect kept the modules out
         config.hook.pytest_deselected(items=list(items))
         items.clear()
     items.extend(generated)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --longctx-only the repository's own test modules are not imported at all: a gate job
+    need not install what they import. Folders are still walked, so their conftest.py files (a
+    fixture handing in a model) load as usual."""
+    run = running(config)
+    if run is None or not run.session.options.only or collection_path.is_dir() or collection_path.name == "conftest.py":
+        return None
+    return True
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
