@@ -5,17 +5,12 @@ import gzip
 import json
 
 import pytest
-from itemkit import write_split
+from kit.errors import one_line
+from kit.items import write_split
 
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.scoring.scores_file import load_scores
-
-
-def one_line(exc: pytest.ExceptionInfo) -> str:
-    message = str(exc.value)
-    assert "\n" not in message
-    return message
 
 
 def test_missing_column_names_the_file_and_column(rows, tmp_path):

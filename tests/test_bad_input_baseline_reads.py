@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import tiny_qwen3
-from itemkit import write_split
+from kit.errors import one_line
+from kit.items import write_split
+from kit.models import tiny_qwen3
 
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
@@ -22,12 +23,6 @@ from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.scores_file import load_scores
 
 COMMITTED = Path(__file__).parent.parent / "baselines" / "smollm2-135m.json.gz"
-
-
-def one_line(raised: pytest.ExceptionInfo) -> str:
-    message = str(raised.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.fixture(scope="module")

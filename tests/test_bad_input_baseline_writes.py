@@ -21,8 +21,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import tiny_qwen3
-from itemkit import build_rows, write_split
+from kit.items import build_rows, write_split
+from kit.models import tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from itemkit import write_split
+from kit.items import write_split
 
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.cli import main
@@ -323,7 +323,7 @@ def test_facts_and_tool_positions_as_offsets(rows, tmp_path):
     for item in facts:
         for t in item["targets"]:
             t["answer_char"], t["fact_char"] = t["answer_char"][0], t["fact_char"][0]
-    spans = copy.deepcopy(tools)  # a target's span holds its target text (some of itemkit's hold more)
+    spans = copy.deepcopy(tools)  # a target's span holds its target text (some of kit.items' hold more)
     for item, full_item in zip(tools, spans):
         for t, full_t in zip(item["targets"], full_item["targets"]):
             t["char"] = t["char"][0]

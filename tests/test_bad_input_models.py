@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import needs, tiny_qwen3
-from itemkit import write_split
+from kit.items import write_split
+from kit.models import save_model, tiny_qwen3
+from kit.needs import needs
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import ReadResult
@@ -38,9 +39,7 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.fixture(scope="module")
 def small_folder(tmp_path_factory) -> str:
     """A tiny model of VOCAB ids, saved without tokenizer files."""
-    folder = tmp_path_factory.mktemp("small")
-    tiny_qwen3(VOCAB).save_pretrained(folder)
-    return str(folder)
+    return str(save_model(tmp_path_factory.mktemp("small"), tiny_qwen3(VOCAB)))
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@ that quietly does nothing (issue: hardening)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from kit.models import save_model
+from kit.runs import run_pytest
 
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
@@ -21,18 +22,13 @@ def folders(qwen_model, qwen_tokenizer, tmp_path_factory):
     broken = copy.deepcopy(qwen_model)
     with torch.no_grad():
         broken.model.norm.weight[0] = float("nan")  # every position's hidden state, so every log-probability
-    found = {}
-    for name, model in (("reference", qwen_model), ("nan", broken)):
-        folder = tmp_path_factory.mktemp(name)
-        model.save_pretrained(folder)
-        qwen_tokenizer.save_pretrained(folder)
-        found[name] = str(folder)
-    return found
+    return {name: str(save_model(tmp_path_factory.mktemp(name), model, qwen_tokenizer))
+            for name, model in (("reference", qwen_model), ("nan", broken))}
 
 
 def pytest_run(cwd, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=600)
+    """pytest in a process of its own, without xdist, within 10 minutes."""
+    return run_pytest(cwd, "-p", "no:xdist", *args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +59,7 @@ def test_a_text_beyond_the_context_window_is_refused_unless_allowed(qwen_model, 
     needed = max(p.tokens_needed for p in plan_reads(load_dataset(data_dir, sets=["facts"], lengths=["2k"], limit=1), "ids"))
     short = copy.deepcopy(qwen_model)
     short.config.max_position_embeddings = needed - 1
-    folder = tmp_path / "short"
-    short.save_pretrained(folder)
-    qwen_tokenizer.save_pretrained(folder)
+    folder = save_model(tmp_path / "short", short, qwen_tokenizer)
     args = ["score", "--model", str(folder), "--data", str(data_dir), "--sets", "facts", "--lengths", "2k", "--limit", "1",
             "--quiet", "--cache-dir", "off"]
     assert main(args) == 2

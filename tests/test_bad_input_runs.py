@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import tiny_qwen3
-from itemkit import write_split
+from kit.items import write_split
+from kit.models import save_model, tiny_qwen3
+from kit.runs import run_pytest
 
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.cli import main
@@ -27,10 +26,7 @@ PROC = "/proc/longctx-test"  # no file can be made there, not even by root
 @pytest.fixture(scope="module")
 def model_dir(qwen_tokenizer, tmp_path_factory) -> Path:
     """A tiny random qwen3 with the Qwen3.5 tokenizer, saved as a folder."""
-    folder = tmp_path_factory.mktemp("tiny")
-    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(folder)
-    qwen_tokenizer.save_pretrained(folder)
-    return folder
+    return save_model(tmp_path_factory.mktemp("tiny"), tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +60,8 @@ def gate_args(model_dir, facts_dir, *args) -> list[str]:
 @pytest.fixture(scope="module")
 def baseline(model_dir, facts_dir, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("baselines") / "tiny.json.gz"
-    made = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist",
-                           *gate_args(model_dir, facts_dir, f"--longctx-baseline={path}", "--longctx-update-baseline")],
-                          capture_output=True, text=True, cwd=tmp_path_factory.mktemp("update"), timeout=600)
+    made = run_pytest(tmp_path_factory.mktemp("update"), "-p", "no:xdist",
+                      *gate_args(model_dir, facts_dir, f"--longctx-baseline={path}", "--longctx-update-baseline"), timeout=600)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     return path
 

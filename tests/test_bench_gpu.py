@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
-from conftest import needs
+from kit.needs import needs
 
 pytestmark = needs("torch", "transformers", install='pip install -e ".[hf]"')
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 
 def test_the_gpu_bench_runs_a_tiny_shape_on_the_cpu(data_dir, qwen_tokenizer, tmp_path, capsys):

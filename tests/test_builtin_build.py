@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs
+from kit.needs import needs
 
 from pytest_longctx.data.builtin.build import build
 from pytest_longctx.data.load import load_dataset

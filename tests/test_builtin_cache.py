@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import needs
+from kit.needs import needs
 
 from pytest_longctx.data.builtin import cache
 

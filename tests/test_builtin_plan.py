@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import needs
+from kit.needs import needs
 
 from pytest_longctx.data.builtin.plan import plan
 from pytest_longctx.data.builtin.rule_texts import LANGS, RULES

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import needs
+from kit.needs import needs
 
 from pytest_longctx.cli import main
 from pytest_longctx.data.builtin.build import build

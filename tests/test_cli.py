@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from kit.models import save_model
 
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.cli import main
@@ -14,10 +15,7 @@ from pytest_longctx.cli import main
 
 @pytest.fixture(scope="module")
 def model_dir(qwen_model, qwen_tokenizer, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-model")
-    qwen_model.save_pretrained(folder)
-    qwen_tokenizer.save_pretrained(folder)
-    return folder
+    return save_model(tmp_path_factory.mktemp("tiny-model"), qwen_model, qwen_tokenizer)
 
 
 def test_score_writes_results_and_prints_the_rows(model_dir, data_dir, tmp_path, capsys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
-from conftest import needs, needs_smollm2
-from itemkit import write_split
+from kit.items import write_split
+from kit.needs import needs, needs_smollm2
 
 from pytest_longctx.compress.evaluate import compress_all
 from pytest_longctx.compress.interface import resolve

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from itemkit import write_split
+from kit.items import write_split
 
 from pytest_longctx.cli import main
 from pytest_longctx.compress.bench import Bench

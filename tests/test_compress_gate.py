@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import scipy.stats  # noqa: F401  # loaded once here: a gate run in-process (pytester) must not load numpy's extensions again
-from conftest import needs
-from itemkit import write_split
+from kit.items import write_split
+from kit.needs import needs
 
 from pytest_longctx.data.builtin.faithfulness import build_faithfulness
 

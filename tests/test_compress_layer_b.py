@@ -8,10 +8,10 @@ import json
 import math
 import re
 
-import naive
 import pytest
-from conftest import trained_qwen3
-from itemkit import write_split
+from kit import naive
+from kit.items import write_split
+from kit.models import degraded_model, save_model, trained_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.compress.evaluate import Reader, compress_one, read_answers
@@ -141,14 +141,10 @@ def test_a_chat_template_renders_the_session_when_the_tokenizer_has_one(qwen_tok
 @pytest.fixture(scope="module")
 def folders(model, qwen_tokenizer, rows, tmp_path_factory):
     """The tiny model and a degraded copy saved as model folders, and the sessions as data."""
-    from conftest import perturbed
-
     found = {"data": tmp_path_factory.mktemp("sessions")}
     write_split(found["data"], "faithfulness", "train", rows)
-    for name, weights in (("model", model), ("degraded", perturbed(model, 0.6, seed=3))):
-        found[name] = tmp_path_factory.mktemp(name)
-        weights.save_pretrained(found[name])
-        qwen_tokenizer.save_pretrained(found[name])
+    for name, weights in (("model", model), ("degraded", degraded_model(model))):
+        found[name] = save_model(tmp_path_factory.mktemp(name), weights, qwen_tokenizer)
     return found
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import needs, tiny_qwen3
+from kit.models import save_model, tiny_qwen3
+from kit.needs import needs
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.hf import TransformersBackend, loading_options
@@ -20,9 +21,7 @@ VOCAB = 4096  # the embedding and the LM head take 512 KB each in float32, a lay
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny")
-    tiny_qwen3(VOCAB, layers=4).save_pretrained(folder)
-    return str(folder)
+    return str(save_model(tmp_path_factory.mktemp("tiny"), tiny_qwen3(VOCAB, layers=4)))
 
 
 def reads(backend):

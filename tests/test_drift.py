@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import perturbed
+from kit.models import perturbed
 
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.backends.hf import TransformersBackend

@@ -22,7 +22,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import tiny_qwen3
+from kit.models import save_model, tiny_qwen3
 
 from pytest_longctx.backends.base import describe
 from pytest_longctx.backends.hf import TransformersBackend
@@ -91,9 +91,7 @@ def test_the_log_softmax_of_half_precision_logits_runs_in_float32(dtype):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny")
-    tiny_qwen3(VOCAB).save_pretrained(folder)
-    return str(folder)
+    return str(save_model(tmp_path_factory.mktemp("tiny"), tiny_qwen3(VOCAB)))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import perturbed
+from kit.models import perturbed, tiny_qwen3_5
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset
@@ -32,21 +32,6 @@ def test_the_prefix_tree_holds_each_distinct_prefix_once():
         rebuilt = np.concatenate([node.ids[node.start:node.end] for node in path])
         assert np.array_equal(rebuilt, ids)
         assert all(a.end == b.start for a, b in zip(path, path[1:]))
-
-
-def tiny_qwen3_5(vocab_size: int, seed: int = 0):
-    """A randomly initialised hybrid model: linear-attention layers carry a recurrent state."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.models.qwen3_5 import Qwen3_5TextConfig
-
-    config = Qwen3_5TextConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-        linear_num_value_heads=4, initializer_range=0.2,
-    )
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
 def flat(scores):

@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from itemkit import write_split
+from kit.items import write_split
 
 from pytest_longctx.data.faithfulness import load_sessions
 from pytest_longctx.data.load import load_dataset

@@ -3,11 +3,8 @@ file's parameters, read back from the file, since a llama.cpp file type names on
 quantizer's target (SmolLM2's "Q2_K" holds no 2-bit tensor)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
-from conftest import needs
+from kit.needs import needs
 
 pytestmark = needs("gguf", install='pip install -e ".[hf]"')
 
@@ -16,7 +13,6 @@ def test_a_gguf_variant_says_what_types_it_holds_by_parameters(tmp_path):
     from gguf import GGMLQuantizationType, GGUFWriter
     from gguf.quants import quantize
 
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     from gguf_variants import composition, noted
 
     path = tmp_path / "tiny.gguf"

@@ -8,19 +8,19 @@ environment's; issue 32):
 Elsewhere these tests skip, saying so; with LONGCTX_TEST_GPTQMODEL=1 a missing library fails them.
 The checkpoints are made here by auto-round (round to nearest, int4 in groups of 32) exporting
 each format, as ``benchmarks/quantized_variants.py --only gptq-g32,awq-g32`` does. The independent
-checks: the GPTQ checkpoint's packed integers multiplied out by hand (tests/checkpointkit.py) and
+checks: the GPTQ checkpoint's packed integers multiplied out by hand (tests/kit/checkpoints.py) and
 read by one full forward pass of the float model given them; both formats' reads against a naive
 full pass of the loaded model."""
 from __future__ import annotations
 
-import sys
 from functools import partial
 from pathlib import Path
 
-import checkpointkit
+import kit.checkpoints
 import numpy as np
 import pytest
-from conftest import needs, tiny_qwen3
+from kit.models import save_model, tiny_qwen3
+from kit.needs import needs
 
 from pytest_longctx.backends.hf import TransformersBackend
 
@@ -32,8 +32,8 @@ pytestmark = [needs("torch", "transformers", install='pip install -e ".[hf]"'),
 VOCAB = 128
 IDS = np.random.default_rng(0).integers(0, VOCAB, 300).tolist()
 POSITIONS = list(range(0, 299, 7))
-backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=150)
-naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
+backend_reads = partial(kit.checkpoints.backend_reads, ids=IDS, positions=POSITIONS, cut=150)
+naive_reads = partial(kit.checkpoints.naive_reads, ids=IDS, positions=POSITIONS)
 # kind -> what the backend says it is
 KINDS = {"gptq-g32": "gptq 4-bit, groups of 32, by auto-round {version}; run by its TorchAtenLinear kernel",
          "awq-g32": "awq 4-bit, groups of 32, gemm packing, by auto-round {version}; run by its TorchAtenAwqLinear kernel"}
@@ -41,14 +41,11 @@ KINDS = {"gptq-g32": "gptq 4-bit, groups of 32, by auto-round {version}; run by 
 
 @pytest.fixture(scope="module")
 def float_folder(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("float")
-    tiny_qwen3(VOCAB, width=64).save_pretrained(folder)
-    return folder
+    return save_model(tmp_path_factory.mktemp("float"), tiny_qwen3(VOCAB, width=64))
 
 
 @pytest.fixture(scope="module")
 def made(float_folder, tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     import quantized_variants
 
     return {kind: quantized_variants.make(kind, float_folder, tmp_path_factory.mktemp(kind)) for kind in KINDS}
@@ -81,7 +78,7 @@ def test_a_gptq_checkpoint_reads_its_weights_multiplied_out_by_hand_in_bfloat16(
     gaps = {}
     for rounded in (True, False):
         model = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu").model
-        model.load_state_dict(checkpointkit.gptq_packed_by_hand(made["gptq-g32"]), strict=True)
+        model.load_state_dict(kit.checkpoints.gptq_packed_by_hand(made["gptq-g32"]), strict=True)
         for name, layer in model.named_modules():
             if rounded and name.startswith("model.layers.") and name.endswith("_proj"):
                 layer.register_forward_pre_hook(lambda _, args: (args[0].to(torch.bfloat16).float(),))
@@ -106,7 +103,6 @@ def test_an_asymmetric_auto_round_checkpoint_runs_on_gptqmodels_awq_kernel(float
     log-softmax over the vocabulary (6 ulps of log V), and are measurably not the float model's."""
     from importlib.metadata import version
 
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     import quantized_variants
 
     folder = quantized_variants.saved_by_auto_round(float_folder, tmp_path / "asymmetric", 32, symmetric=False)
@@ -118,4 +114,4 @@ def test_an_asymmetric_auto_round_checkpoint_runs_on_gptqmodels_awq_kernel(float
     top1, logprobs = backend_reads(backend)
     want_top1, want = naive_reads(backend.model)
     plain = backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1]
-    checkpointkit.check_float16_reads("asymmetric auto-round reads against a naive pass", logprobs, want, plain, VOCAB)
+    kit.checkpoints.check_float16_reads("asymmetric auto-round reads against a naive pass", logprobs, want, plain, VOCAB)

@@ -10,7 +10,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import needs
+from kit.models import save_model, tiny_decoder, tiny_qwen3
+from kit.needs import needs
 
 from pytest_longctx.data.records import FactItem
 from pytest_longctx.errors import LongctxError
@@ -26,15 +27,7 @@ QUESTIONS = ((70, (74, 80, 95)), (70, (71, 88)), (90, (91, 119)))
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def model(request):
-    import torch
-    import transformers
-
-    torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
-    if request.param == "llama":
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).float().eval()
-    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, head_dim=16)).float().eval()
+    return tiny_decoder(request.param, VOCAB)
 
 
 def _backend(model, spec: str | None = None):
@@ -129,11 +122,7 @@ def test_the_gate_under_an_fp8_cache_against_the_plain_baseline(qwen_tokenizer, 
     """The plugin end to end: a baseline of the plain model, then the same model under the fp8 cache against
     it; the summary's first line and the results' meta name the cache, and every group of reads drifts where the plain model against its own
     baseline drifts exactly 0 (the test data's first two facts items have near and control reads at 2k, no far ones)."""
-    from conftest import tiny_qwen3
-
-    folder = tmp_path / "tiny"
-    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(folder)
-    qwen_tokenizer.save_pretrained(folder)
+    folder = save_model(tmp_path / "tiny", tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer)
     common = ["-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
               "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=2", f"--longctx-baseline={tmp_path / 'b.json.gz'}",
               "--longctx-cache-dir=off"]
@@ -160,11 +149,7 @@ def test_a_baseline_made_under_the_fp8_cache_is_named_as_compressed_in_every_rep
     markdown, the HTML, the junit properties and the results JSON; the same setup is said to be compared with itself."""
     import xml.etree.ElementTree as ET
 
-    from conftest import tiny_qwen3
-
-    folder = tmp_path / "tiny"
-    tiny_qwen3(len(qwen_tokenizer)).save_pretrained(folder)
-    qwen_tokenizer.save_pretrained(folder)
+    folder = save_model(tmp_path / "tiny", tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer)
     baseline = tmp_path / "b.json.gz"
     common = ["-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
               "--longctx-sets=facts", "--longctx-lengths=2k", "--longctx-limit=2", f"--longctx-baseline={baseline}",

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from kit.models import tiny_decoder
 
 from pytest_longctx.data.records import FactItem
 from pytest_longctx.errors import LongctxError
@@ -33,23 +34,10 @@ VOCAB = 97
 LENGTH = 120
 
 
-def _model(kind: str, layers: int = 3):
-    torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
-    if kind == "llama":
-        config = transformers.LlamaConfig(**common)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        config = transformers.Qwen3Config(**common, head_dim=16)
-        model = transformers.Qwen3ForCausalLM(config)
-    return model.float().eval()
-
-
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def model(request):
     _needs_kvpress()
-    return _model(request.param)
+    return tiny_decoder(request.param, VOCAB)
 
 
 def _backend(model, press=None):
@@ -190,7 +178,7 @@ def test_streaming_llm_loses_evidence_it_evicted(model):
     import kvpress
 
     global IDS
-    one_layer = _model(model.config.model_type, layers=1)
+    one_layer = tiny_decoder(model.config.model_type, VOCAB, layers=1)
     original = IDS.copy()
     press = kvpress.StreamingLLMPress(compression_ratio=0.75, n_sink=4)
     try:

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from kit.runs import run_pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_longctx"
 # lowest first; a module may import from its own layer or any layer listed before it
@@ -187,8 +188,7 @@ def test_a_pytest_run_without_the_gate_loads_no_heavy_library(tmp_path: Path) ->
         def test_nothing_heavy_is_loaded():
             assert [m for m in {HEAVY!r} if m in sys.modules] == []
         """))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "test_plain.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = run_pytest(tmp_path, "-p", "no:xdist", "test_plain.py", timeout=300)
     assert "1 passed" in done.stdout, done.stdout + done.stderr
     assert "longctx" in subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True,
                                        text=True, cwd=tmp_path, timeout=300).stdout  # the plugin was loaded

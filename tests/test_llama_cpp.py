@@ -11,7 +11,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import needs, needs_smollm2
+from kit.needs import needs, needs_smollm2
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import describe

@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import needs, needs_smollm2
+from kit.needs import needs, needs_smollm2
 
 from pytest_longctx import backends
 from pytest_longctx.backends import load_backend
@@ -113,7 +113,7 @@ def test_the_plugin_takes_backend_options_and_fails_the_gate_with_a_bad_one(pyte
                                          f"--longctx-data={data_dir}", "--longctx-sets=facts", "--longctx-lengths=2k",
                                          "--longctx-limit=1", "--longctx-update-baseline", "--longctx-baseline=new.json.gz",
                                          "-p", "no:cacheprovider")
-    assert done.ret == 1
+    assert done.ret == pytest.ExitCode.USAGE_ERROR  # settings that cannot work: refused before any item is read
     failed = [line for line in done.stdout.lines if "llama.cpp quantizes the V cache only with flash attention" in line]
     assert failed, done.stdout.str()[-3000:]
 

@@ -10,7 +10,7 @@ Without that variable these tests skip, saying so; with LONGCTX_TEST_LLMCOMPRESS
 checkpoint fails them. The independent check: each checkpoint's integers and scales are read
 from its safetensors file here with numpy and multiplied out by hand (4-bit values unpacked from
 their int32 words), the result loaded into the plain float model, and that model read with one
-full forward pass and a full-vocabulary log-softmax (tests/naive.py). W8A8 also rounds each
+full forward pass and a full-vocabulary log-softmax (tests/kit/naive.py). W8A8 also rounds each
 token's input to every quantized layer to int8, written here from the format's definition."""
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import checkpointkit
+import kit.checkpoints
 import numpy as np
 import pytest
-from conftest import needs, skip_unless
+from kit.needs import needs, skip_unless
 
 from pytest_longctx.backends import base
 from pytest_longctx.backends.hf import TransformersBackend
@@ -84,8 +84,8 @@ def loaded(made):
 
 
 # the reads at POSITIONS through the backend (IDS in two pieces, cut at CUT) and naively
-backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
-naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
+backend_reads = partial(kit.checkpoints.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
+naive_reads = partial(kit.checkpoints.naive_reads, ids=IDS, positions=POSITIONS)
 
 
 # --------------------------------------------------------------- the same model, made by hand
@@ -480,7 +480,7 @@ def test_blames_hybrids_with_every_part_swapped_read_as_the_other_model(kind, ma
     candidate with every part restored reads as the float model (no layer rounds any more), and the
     float model with every part of the candidate as the candidate (each layer then rounds its input
     as the candidate's does), which hybrids that only moved weights would not."""
-    checkpointkit.check_every_part_swaps(fix_set_pair(made, kind), loaded("float"), loaded(kind), backend_reads)
+    kit.checkpoints.check_every_part_swaps(fix_set_pair(made, kind), loaded("float"), loaded(kind), backend_reads)
 
 
 def test_blames_recipe_made_by_llm_compressor_computes_what_the_fix_set_hybrid_did(made, tmp_path):

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import import_problem, needs, skip_unless
+from kit.needs import import_problem, needs, skip_unless
 
 TESTS = Path(__file__).parent
 

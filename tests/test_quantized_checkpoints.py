@@ -12,11 +12,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import checkpointkit
+import kit.checkpoints
 import numpy as np
 import pytest
-from conftest import needs, tiny_qwen3
+from kit.models import save_model, tiny_qwen3
+from kit.needs import needs
 
+import quantized_variants  # benchmarks/quantized_variants.py: imports each library only when it makes its kind
 from pytest_longctx.backends import base, load_backend
 from pytest_longctx.backends import quantization_words as quantized
 from pytest_longctx.backends.hf import TransformersBackend, weights_fingerprint
@@ -33,29 +35,12 @@ needs_auto_round = needs("auto_round", install="pip install 'pytest-longctx[auto
 
 @pytest.fixture(scope="module")
 def float_folder(tmp_path_factory) -> Path:
-    """A tiny random qwen3, wide enough (64) for groups of 16 and 32, saved in float32."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
-
-    config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("float")
-    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
-    return folder
+    """A tiny random qwen3, wide enough (64) for groups of 16 and 32, at transformers' default initialisation,
+    saved in float32."""
+    return save_model(tmp_path_factory.mktemp("float"), tiny_qwen3(VOCAB, width=64, init=0.02, context=4096))
 
 
-def benchmark():
-    """benchmarks/quantized_variants.py, which makes each kind of checkpoint with its library (and
-    imports none of them before it does)."""
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-    import quantized_variants
-
-    return quantized_variants
-
-
-VARIANTS = benchmark()
-W4A16_G16, W8_CHANNEL, A8_TOKEN = VARIANTS.w4a16(16), VARIANTS.W8_CHANNEL, VARIANTS.A8_TOKEN
+W4A16_G16, W8_CHANNEL, A8_TOKEN = quantized_variants.w4a16(16), quantized_variants.W8_CHANNEL, quantized_variants.A8_TOKEN
 
 
 # kind -> (its library's test mark, its description, the library's distribution)
@@ -81,7 +66,7 @@ def checkpoints(float_folder, tmp_path_factory):
 
     def get(kind: str) -> Path:
         if kind not in made:
-            made[kind] = VARIANTS.make(kind, float_folder, tmp_path_factory.mktemp(kind))
+            made[kind] = quantized_variants.make(kind, float_folder, tmp_path_factory.mktemp(kind))
         return made[kind]
 
     return get
@@ -107,8 +92,8 @@ CUT = 150
 
 
 # the reads at POSITIONS through the backend (IDS in two pieces, cut at CUT) and naively
-backend_reads = partial(checkpointkit.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
-naive_reads = partial(checkpointkit.naive_reads, ids=IDS, positions=POSITIONS)
+backend_reads = partial(kit.checkpoints.backend_reads, ids=IDS, positions=POSITIONS, cut=CUT)
+naive_reads = partial(kit.checkpoints.naive_reads, ids=IDS, positions=POSITIONS)
 
 # The largest gap allowed between the backend's reads and one full pass, 1e-5 unless said. torchao's
 # int8 activations are rounded from numbers that the backend's two pieces through a KV cache and one
@@ -325,10 +310,9 @@ def test_the_gate_says_what_the_candidate_is_in_its_summary_junit_and_results(qw
     its quantization beside the model, as do the junit properties and the results' meta."""
     import xml.etree.ElementTree as ET
 
-    plain = tmp_path / "plain"
     # 64 wide: bitsandbytes packs nf4 for a CPU with AVX-512 BF16 in blocks of 64 inputs, and fails on a narrower layer
-    tiny_qwen3(len(qwen_tokenizer), width=64).save_pretrained(plain)
-    folder = VARIANTS.make("bnb-nf4", plain, tmp_path / "nf4")
+    plain = save_model(tmp_path / "plain", tiny_qwen3(len(qwen_tokenizer), width=64))
+    folder = quantized_variants.make("bnb-nf4", plain, tmp_path / "nf4")
     junit, out = tmp_path / "junit.xml", tmp_path / "results.json"
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--longctx-only", f"--longctx-model={folder}", f"--longctx-data={data_dir}",
@@ -364,7 +348,7 @@ def test_blame_swaps_every_part_of_a_checkpoint_whichever_way_its_library_runs_i
     plain = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu")
     pair = pair_of(plain, loaded(kind), kind)
     assert bool(pair.swapped) == (not kind.startswith("ct-"))
-    checkpointkit.check_every_part_swaps(pair, plain, loaded(kind), backend_reads)
+    kit.checkpoints.check_every_part_swaps(pair, plain, loaded(kind), backend_reads)
     if kind.startswith("bnb-"):  # a layer's cost in the bytes bitsandbytes stores: 4 or 8 bits a weight, with its scales
         fresh, _ = load_backend(str(checkpoints(kind)), "hf", "float32", "cpu")  # as loaded: no forward pass has repacked it
         pair = pair_of(plain, fresh, kind)
@@ -493,10 +477,10 @@ def test_an_auto_round_checkpoint_runs_in_float16_on_its_kernel_and_reads_its_we
     top1, logprobs = backend_reads(backend)
 
     model = TransformersBackend.load(str(float_folder), dtype="float32", device="cpu").model
-    model.load_state_dict(checkpointkit.gptq_packed_by_hand(checkpoints("autoround-g32")), strict=True)
+    model.load_state_dict(kit.checkpoints.gptq_packed_by_hand(checkpoints("autoround-g32")), strict=True)
     want_top1, want = naive_reads(model)
     plain = backend_reads(TransformersBackend.load(str(float_folder), dtype="float32", device="cpu"))[1]
-    checkpointkit.check_float16_reads("auto-round reads against its weights by hand", logprobs, want, plain, VOCAB)
+    kit.checkpoints.check_float16_reads("auto-round reads against its weights by hand", logprobs, want, plain, VOCAB)
 
 
 @needs_auto_round
@@ -508,7 +492,7 @@ def test_an_auto_round_checkpoint_whose_layers_no_kernel_here_takes_is_refused_n
     pytest.importorskip("auto_round")
     if importlib.util.find_spec("gptqmodel") is not None:
         pytest.skip("gptqmodel is installed: auto-round runs this packing through its kernels (tests/test_gptqmodel_checkpoints.py)")
-    folder = VARIANTS.saved_by_auto_round(float_folder, tmp_path / "asymmetric", 32, symmetric=False)
+    folder = quantized_variants.saved_by_auto_round(float_folder, tmp_path / "asymmetric", 32, symmetric=False)
     with pytest.raises(LongctxError) as exc:
         TransformersBackend.load(str(folder), dtype="float32", device="cpu")
     message = str(exc.value)

@@ -7,8 +7,8 @@ import gzip
 import json
 
 import pytest
-from conftest import needs
-from reportkit import score_pair
+from kit.needs import needs
+from kit.reports import score_pair
 
 from pytest_longctx.cli import main
 
@@ -226,7 +226,7 @@ def test_without_the_data_the_numbers_stay_and_the_texts_go(pair, data_dir, tmp_
 
 
 def test_data_that_does_not_match_is_refused_or_noted(pair, rows, tmp_path, capsys):
-    from itemkit import write_split
+    from kit.items import write_split
 
     changed = {key: copy.deepcopy(split) for key, split in rows.items() if key[1] == "2k"}
     changed[("facts", "2k")][0]["targets"][0]["distance_tokens"] += 1

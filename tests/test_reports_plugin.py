@@ -3,17 +3,17 @@ and the HTML report (``--longctx-html``), the latter as a real headless browser 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-import browser
 import pytest
-from conftest import needs, skip_unless
-from reportkit import degraded_model, score_pair
+from kit import browser
+from kit.models import degraded_model, save_model
+from kit.needs import needs, skip_unless
+from kit.reports import score_pair
+from kit.runs import run_pytest
 
 EARLIER = "## an earlier step\n\n"
 FAILING_CELLS = "rules_en-2k-user-*:retained=1000"  # cells no model can pass: the summary must list them
@@ -34,17 +34,13 @@ def gate(qwen_model, qwen_tokenizer, data_dir, tmp_path_factory):
     """The degraded model gated against the reference's baseline, every report asked for."""
     folder = tmp_path_factory.mktemp("gate-reports")
     pair = score_pair(qwen_model, qwen_tokenizer, data_dir, folder)
-    model = folder / "degraded"
-    degraded_model(qwen_model).save_pretrained(model)
-    qwen_tokenizer.save_pretrained(model)
+    model = save_model(folder / "degraded", degraded_model(qwen_model), qwen_tokenizer)
     found = Gate(None, pair.baseline, folder / "summary.md", folder / "step.md", folder / "report.html", folder / "out.json")
     found.step_summary.write_text(EARLIER)
-    found.result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--longctx-model={model}",
-         f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={pair.baseline}",
-         f"--longctx-threshold={FAILING_CELLS}", f"--longctx-markdown={found.markdown}",
-         f"--longctx-html={found.html}", f"--longctx-out={found.out}"],
-        capture_output=True, text=True, cwd=folder, env={**os.environ, "GITHUB_STEP_SUMMARY": str(found.step_summary)},
+    found.result = run_pytest(
+        folder, f"--longctx-model={model}", f"--longctx-data={data_dir}", "--longctx-lengths=2k",
+        f"--longctx-baseline={pair.baseline}", f"--longctx-threshold={FAILING_CELLS}", f"--longctx-markdown={found.markdown}",
+        f"--longctx-html={found.html}", f"--longctx-out={found.out}", environment={"GITHUB_STEP_SUMMARY": str(found.step_summary)},
     )
     return found
 
@@ -135,8 +131,7 @@ class Page(HTMLParser):
 
 
 def chromium(tmp_path: Path, *args: str) -> str:
-    skip_unless("chromium: not installed" if browser.executable() is None else None,
-                install="Debian: apt-get install chromium; .ci/run installs it")
+    skip_unless(browser.missing(), install="Debian: apt-get install chromium; .ci/run installs it")
     return browser.chromium(tmp_path / "profile", *args)
 
 

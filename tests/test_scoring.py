@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-import naive
 import pytest
-from conftest import perturbed
+from kit import naive
+from kit.models import perturbed
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset

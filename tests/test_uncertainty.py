@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from conftest import needs
-from test_plugin import _summary, baseline, models  # noqa: F401  (fixtures, reused)
+from kit.needs import needs
+from kit.runs import gate_summary
 
 from pytest_longctx.gate import uncertainty
 from pytest_longctx.gate.thresholds import Thresholds
@@ -195,18 +195,18 @@ def test_alpha_is_a_plugin_and_compare_option():
 
 
 @needs("xdist", install='pip install -e ".[test]"')
-def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester, models, data_dir, baseline):  # noqa: F811
+def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester, gate_models, data_dir, gate_baseline):
     runs = {}
     for workers in ("0", "2"):
         junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
         result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={models['degraded']}",
-            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", "--longctx-alpha=0.05",
+            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={gate_models['degraded']}",
+            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}", "--longctx-alpha=0.05",
             "--longctx-min-effect=0.3", f"--longctx-out={out}",
         )
         suite = ET.parse(junit).getroot().find("testsuite")
         properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
-        summary = [line for line in _summary(result.stdout.str()) if "results written to" not in line]  # names the file
+        summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
         runs[workers] = (summary, properties, result.stdout.str())
     summary, properties, text = runs["0"]
     assert summary == runs["2"][0] and properties == runs["2"][1]

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs, skip_unless
+from kit.models import save_model, tiny_llama
+from kit.needs import needs, skip_unless
+from kit.ports import free_port
+from kit.runs import run_pytest
 
 pytestmark = [needs("vllm", "httpx", install="scripts/setup-venv.sh DIR vllm: vLLM's own environment", required_by="LONGCTX_TEST_VLLM"),
               pytest.mark.slow]
@@ -35,13 +37,9 @@ ENGINE = ["enforce-eager=true", "block-size=32", "max-model-len=4096", "dtype=fl
 @pytest.fixture(scope="module", autouse=True)
 def cpu_memory():
     """vLLM's CPU build reserves its KV cache in host memory: 1 GiB is plenty for 4k tokens."""
-    saved = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    yield
-    if saved is None:
-        os.environ.pop("VLLM_CPU_KVCACHE_SPACE")
-    else:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +123,6 @@ def test_vllm_in_process_reads_as_transformers(smollm2, plans, transformers_back
         backend.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(smollm2, tmp_path_factory):
     """``vllm serve`` on SmolLM2 (float32, eager), started and stopped here."""
@@ -184,14 +176,13 @@ def test_the_gate_passes_vllm_against_a_transformers_baseline(server, smollm2, t
     """The usual case: the baseline made by transformers from the original, the candidate
     read as vLLM serves it. Same weights: it passes, with drift below 0.001 nats."""
     baseline, results = tmp_path / "baseline.json.gz", tmp_path / "results.json"
-    common = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--longctx-only", "--longctx-lengths", "2k",
-              "--longctx-limit", "2", "--longctx-sets", "facts,tool_calls", "--longctx-baseline", str(baseline)]
-    made = subprocess.run([*common, "--longctx-model", smollm2, "--longctx-dtype", "float32", "--longctx-update-baseline"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    common = ["--longctx-only", "--longctx-lengths", "2k", "--longctx-limit", "2", "--longctx-sets", "facts,tool_calls",
+              "--longctx-baseline", str(baseline)]
+    made = run_pytest(tmp_path, *common, "--longctx-model", smollm2, "--longctx-dtype", "float32", "--longctx-update-baseline")
     assert made.returncode == 0, made.stdout[-3000:]
-    gated = subprocess.run([*common, "--longctx-model", server, "--longctx-backend", "vllm-server",
-                            "--longctx-backend-option", "max-logprobs=128", "--longctx-backend-option", f"tokenizer={smollm2}",
-                            "--longctx-out", str(results)], cwd=tmp_path, capture_output=True, text=True)
+    gated = run_pytest(tmp_path, *common, "--longctx-model", server, "--longctx-backend", "vllm-server",
+                       "--longctx-backend-option", "max-logprobs=128", "--longctx-backend-option", f"tokenizer={smollm2}",
+                       "--longctx-out", str(results))
     assert gated.returncode == 0, gated.stdout[-3000:]
     assert "baseline made by TransformersBackend" in gated.stdout and "model read by VllmServerBackend (vllm " in gated.stdout
     drift = json.loads(results.read_text())["drift"]
@@ -199,18 +190,12 @@ def test_the_gate_passes_vllm_against_a_transformers_baseline(server, smollm2, t
     assert far and max(far) < 1e-3
 
 
-def tiny_llama(folder: Path, smollm2: str) -> str:
+def even_llama(folder: Path, smollm2: str) -> str:
     """A random Llama with an even number of heads (SmolLM2's 9 cannot be split in 2), with
     SmolLM2's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
-    config = LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=32, max_position_embeddings=4096, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).to(torch.float32).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(smollm2).save_pretrained(folder)
-    return str(folder)
+    return str(save_model(folder, tiny_llama(49152, width=128, tied=False), AutoTokenizer.from_pretrained(smollm2)))
 
 
 def test_tensor_parallel_reads_as_one_device_and_as_transformers(smollm2, tmp_path, monkeypatch):
@@ -219,7 +204,7 @@ def test_tensor_parallel_reads_as_one_device_and_as_transformers(smollm2, tmp_pa
     # vLLM's CPU workers bind their threads per NUMA node, and this machine has one: each of the
     # two workers gets a core of its own instead
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-    folder = tiny_llama(tmp_path / "tiny-llama", smollm2)
+    folder = even_llama(tmp_path / "tiny-llama", smollm2)
     ids = np.random.default_rng(0).integers(0, 49152, 700).tolist()
     positions, tokens = [10, 300, 699], [[1, 2], [3], [ids[1]]]
     answers = {}

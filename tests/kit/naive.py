@@ -87,6 +87,7 @@ def target_scores(model: Any, config: str, row: dict[str, Any], mode: str, token
 
 
 def facts_metrics(scores: list[list[Any]]) -> dict[str, float]:
+    """Query and token accuracy, mean log-probability and the unaligned count of the facts items' ``target_scores``."""
     queries = [s for item in scores for s in item if s is not None]
     tokens = [tok for q in queries for tok in q]
     return {
@@ -98,6 +99,7 @@ def facts_metrics(scores: list[list[Any]]) -> dict[str, float]:
 
 
 def tool_metrics(rows: list[dict[str, Any]], scores: list[list[Any]]) -> dict[str, float | None]:
+    """Accuracy and mean log-probability of the tool-call targets far, fresh and near (None where a group has none)."""
     groups: dict[str, list[tuple[bool, float]]] = {"far": [], "fresh": [], "near": []}
     for row, item in zip(rows, scores):
         for t, s in zip(row["targets"], item):

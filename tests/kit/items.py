@@ -20,6 +20,7 @@ WORDS = (
 
 
 def filler(rng: random.Random, words: int) -> str:
+    """``words`` words drawn by ``rng`` from ``WORDS``, as capitalised sentences of 6 to 12 words."""
     sentences, left = [], words
     while left > 0:
         n = min(left, rng.randint(6, 12))
@@ -37,6 +38,7 @@ class Text:
         self.length = 0
 
     def add(self, piece: str) -> tuple[int, int]:
+        """Append ``piece``; its (start, end) characters in the text."""
         start = self.length
         self.parts.append(piece)
         self.length += len(piece)
@@ -44,10 +46,12 @@ class Text:
 
     @property
     def text(self) -> str:
+        """The pieces added so far, joined."""
         return "".join(self.parts)
 
 
 def fact_row(item_id: str, seed: int, n_facts: int = 3, gap: int = 40) -> dict[str, Any]:
+    """A facts item: ``n_facts`` booked flights among ``gap`` words of filler each, then a question for each."""
     rng = random.Random(seed)
     names = ["Fiona", "Tomas", "Greta", "Ilse", "Marek", "Oskar"]
     t = Text()
@@ -69,6 +73,8 @@ def fact_row(item_id: str, seed: int, n_facts: int = 3, gap: int = 40) -> dict[s
 
 
 def tool_row(item_id: str, seed: int) -> dict[str, Any]:
+    """A tool-call item: an agent session in ChatML whose targets are the tool's name and parameter (far), the
+    call's next token and a documented command (near), and one that starts inside a word."""
     rng = random.Random(seed)
     t = Text()
     t.add("<|im_start|>system\nYou are an agent.\n<tools>\n")
@@ -234,6 +240,7 @@ def add_qwen_fields(config: str, row: dict[str, Any], tokenizer: Any) -> dict[st
 
 
 def write_split(folder: Path, config: str, split: str, rows: list[dict[str, Any]], fmt: str = "parquet") -> Path:
+    """``rows`` written as ``folder/config``'s ``split`` as the published files are (parquet, or ``fmt`` jsonl); the file."""
     target = folder / config
     target.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":

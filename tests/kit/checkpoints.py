@@ -1,5 +1,5 @@
 """A checkpoint read both ways, for the quantized-checkpoint tests: through the backend's read
-session in two pieces over its KV cache, and by tests/naive.py's full forward pass."""
+session in two pieces over its KV cache, and by kit/naive.py's full forward pass."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +22,8 @@ def backend_reads(backend: Any, ids: list[int], positions: list[int], cut: int) 
 
 
 def naive_reads(model: Any, ids: list[int], positions: list[int]) -> tuple[list[int], np.ndarray]:
-    """The same reads from one plain forward pass of ``model`` (tests/naive.py)."""
-    import naive  # imports torch: only once a test runs
+    """The same reads from one plain forward pass of ``model`` (kit/naive.py)."""
+    from kit import naive  # imports torch: only once a test runs
 
     found = naive.reads(model, ids, [(p, ids[p + 1]) for p in positions])
     return [top for top, _ in found], np.array([logprob for _, logprob in found])

@@ -12,7 +12,13 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def executable() -> str | None:
+    """Where chromium is on PATH; None where it is not installed."""
     return shutil.which("chromium")
+
+
+def missing() -> str | None:
+    """Why chromium cannot run here, for a test's skip (None: it can)."""
+    return "chromium: not installed" if executable() is None else None
 
 
 def chromium(profile: Path, *args: str) -> str:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from conftest import perturbed
-
-DEGRADE = dict(scale=0.6, seed=3)  # as tests/test_plugin.py degrades: its forward passes are cached already
+from kit.models import degraded_model
 
 
 @dataclass
 class Pair:
+    """A reference and its degraded copy scored, and the files written of them."""
+
     baseline: Path  # the reference's baseline (raw scores, rows, sets)
     results: Path  # the degraded model's results JSON (longctx score --out)
     scores: Path  # the degraded model's scores file (--save_scores)
@@ -19,11 +20,9 @@ class Pair:
     degraded: object
 
 
-def degraded_model(model):
-    return perturbed(model, DEGRADE["scale"], seed=DEGRADE["seed"])
-
-
-def score_pair(model, tokenizer, data_dir: Path, folder: Path) -> Pair:
+def score_pair(model: Any, tokenizer: Any, data_dir: Path, folder: Path) -> Pair:
+    """``model`` (the reference) and its degraded copy (kit.models.degraded_model, as the plugin tests degrade:
+    their forward passes are cached already) scored on ``data_dir``'s 2k items, written into ``folder``."""
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.data.load import load_dataset
     from pytest_longctx.reports.format import write_json

@@ -1,0 +1,17 @@
+"""Blame run on two transformers models already in memory, as the tests build them."""
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_longctx.backends.hybrids.transformers import StateDictPair
+from pytest_longctx.data.load import Dataset
+from pytest_longctx.gate.blame import BlameReport, blame_pair
+from pytest_longctx.scoring.scores_file import ScoresFile
+
+
+def blame(original: Any, candidate: Any, tokenizer: Any, dataset: Dataset, baseline: ScoresFile | None, *,
+          names: tuple[str, str] = ("original", "candidate"), **options: Any) -> BlameReport:
+    """Blame the parts of ``candidate`` (a transformers model) for its failing rows against
+    ``original``'s ``baseline``; ``blame_pair``'s options. Both models are changed in place
+    while hybrids are scored, and are as loaded again on return."""
+    return blame_pair(StateDictPair(original, candidate, tokenizer, names), dataset, baseline, **options)

@@ -1,0 +1,25 @@
+"""pytest run in a process of its own, as a user runs it from a shell, and what its output shows."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def run_pytest(cwd: Path | str, *args: str, environment: Mapping[str, str] | None = None,
+               timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -p no:cacheprovider -q ARGS`` run in ``cwd`` by this Python, with ``environment``
+    added to this process's, within ``timeout`` seconds when given; its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args], capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, **(environment or {})}, timeout=timeout)
+
+
+def gate_summary(text: str) -> list[str]:
+    """The lines of the gate's terminal summary in a pytest output: after its ``longctx gate:`` line,
+    up to the next ``====`` rule or ``FAILED`` line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("longctx gate:"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("====") or lines[i].startswith("FAILED"))
+    return lines[start + 1:end]
