@@ -10,7 +10,7 @@ import time
 from typing import Callable, TextIO
 
 
-def _clock(seconds: float) -> str:
+def clock_text(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
 
@@ -31,14 +31,19 @@ class Progress:
         self.shown: tuple[int, int] | None = None
         self.detail: Callable[[], str] | None = None  # more to show after the figures (a server's requests in flight)
 
+    def remaining(self) -> float:
+        """Seconds left at the rate so far (NaN before any token)."""
+        rate = self.tokens / max(self.clock() - self.started, 1e-9)
+        return (self.total_tokens - self.tokens) / rate if rate > 0 else float("nan")
+
     def line(self) -> str:
         elapsed = max(self.clock() - self.started, 1e-9)
         rate = self.tokens / elapsed
-        eta = (self.total_tokens - self.tokens) / rate if rate > 0 else float("nan")
-        eta_text = _clock(eta) if eta == eta else "?"
+        eta = self.remaining()
+        eta_text = clock_text(eta) if eta == eta else "?"
         detail = f"; {self.detail()}" if self.detail is not None else ""
         return (f"{self.label}: {self.items}/{self.total_items} items, {self.tokens:,}/{self.total_tokens:,} tokens, "
-                f"{rate:,.0f} tokens/s, elapsed {_clock(elapsed)}, ETA {eta_text}{detail}")
+                f"{rate:,.0f} tokens/s, elapsed {clock_text(elapsed)}, ETA {eta_text}{detail}")
 
     def advance(self, items: int = 0, tokens: int = 0) -> None:
         self.items += items

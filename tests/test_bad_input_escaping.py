@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import needs
-from itemkit import Text, add_qwen_fields, filler, write_split
-from reportkit import degraded_model, score_pair
+from kit.items import Text, add_qwen_fields, filler, write_split
+from kit.models import degraded_model, save_model
+from kit.needs import needs
+from kit.reports import score_pair
+from kit.runs import run_pytest
 
 # markdown syntax, raw HTML, a link, a table cell, a terminal escape sequence, a line break
 NASTY = "`<img src=x onerror=alert(1)>[link](http://e.x)|\x1b[31m\nend"
@@ -82,18 +82,15 @@ def gate(rows, qwen_model, qwen_tokenizer, tmp_path_factory):
     write_split(data, "facts", "2k", [named, answer_row(qwen_tokenizer)])
     write_split(data, "tool_calls", "2k", [holding(row) for row in rows[("tool_calls", "2k")]])
     pair = score_pair(qwen_model, qwen_tokenizer, data, folder)
-    model = folder / MODEL_DIR
-    degraded_model(qwen_model).save_pretrained(model)
-    qwen_tokenizer.save_pretrained(model)
+    model = save_model(folder / MODEL_DIR, degraded_model(qwen_model), qwen_tokenizer)
     names = ("summary.md", "step.md", "report.html", "out.json", "junit.xml")
     found = Gate(None, folder, pair.baseline, *(folder / name for name in names), pair.degraded.to_json())
-    found.result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", f"--longctx-model={model}",
-         f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={pair.baseline}",
-         "--longctx-item-max-drop=0", "--longctx-threshold=tool_calls-2k:drop=1",
-         "--longctx-threshold=tool_calls-2k:kl=100", f"--longctx-markdown={found.markdown}",
-         f"--longctx-html={found.html}", f"--longctx-out={found.out}", f"--junitxml={found.junit}"],
-        capture_output=True, text=True, cwd=folder, env={**os.environ, "GITHUB_STEP_SUMMARY": str(found.step_summary)},
+    found.result = run_pytest(
+        folder, "--color=no", f"--longctx-model={model}", f"--longctx-data={data}", "--longctx-lengths=2k",
+        "--longctx-sequential=off",  # every item read: the nasty one is shown whatever settles first
+        f"--longctx-baseline={pair.baseline}", "--longctx-item-max-drop=0", "--longctx-threshold=tool_calls-2k:drop=1",
+        "--longctx-threshold=tool_calls-2k:kl=100", f"--longctx-markdown={found.markdown}", f"--longctx-html={found.html}",
+        f"--longctx-out={found.out}", f"--junitxml={found.junit}", environment={"GITHUB_STEP_SUMMARY": str(found.step_summary)},
     )
     assert found.result.returncode == 1, found.result.stdout[-3000:] + found.result.stderr[-3000:]
     return found

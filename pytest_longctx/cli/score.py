@@ -6,18 +6,41 @@ import sys
 from typing import Callable
 
 from pytest_longctx.backends import load_backend
-from pytest_longctx.backends.base import close
-from pytest_longctx.data.load import load_dataset
+from pytest_longctx.backends.base import Backend, close, tokenizer_missing
+from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.sequential import OFF, Reading, annotate, checks_of, read, totals, totals_text
+from pytest_longctx.gate.thresholds import Thresholds
+from pytest_longctx.gate.verdicts import dataset_keys, evaluate
+from pytest_longctx.metrics.rows import headline
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import SCORE
 from pytest_longctx.paths import check_outputs
-from pytest_longctx.reports.format import write_json
-from pytest_longctx.reports.text import rows_table
+from pytest_longctx.reports.format import table, write_json
+from pytest_longctx.reports.text import SETTLED_HEADERS, rows_table, settled_rows
 from pytest_longctx.scoring.cache import ScoreCache
-from pytest_longctx.scoring.pipeline import require_finite, score_sets
-from pytest_longctx.scoring.scores_file import UNJUDGEABLE, UnknownLoss, check_judgeable, dropped_items, load_scores
+from pytest_longctx.scoring.fingerprint import data_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.identity import compare_judged
+from pytest_longctx.scoring.modes import choose_mode
+from pytest_longctx.scoring.pipeline import (
+    Results,
+    compute_sets,
+    item_tokens,
+    needed_fingerprints,
+    require_finite,
+    score_items,
+    score_sets,
+)
+from pytest_longctx.scoring.scores_file import (
+    UNJUDGEABLE,
+    ScoresFile,
+    UnknownLoss,
+    check_fits,
+    check_judgeable,
+    dropped_items,
+    load_scores,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,16 +52,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
+    _check_sequential(args)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     selected = {(config, length, item.id) for config, length, item in dataset.items()}
     narrowed = _narrowing(args, selected.__contains__)  # before the model loads: nothing is scored in vain
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                       args.trust_remote_code, kv_press=args.kv_press)
+    reading = None
     try:
         cache = ScoreCache.for_backend(backend, args.cache_dir)
-        results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
-                             cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
+        if args.sequential != OFF and reference is not None:
+            results, reading = _read_sequentially(args, backend, tokenizer, dataset, reference, cache)
+        else:
+            results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
+                                 cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
     finally:
         close(backend)
     if results.meta.get("mode_fallback"):
@@ -47,8 +75,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
     print(rows_table(results.rows))
     print(f"mode: {results.mode}; reference: {results.reference or 'none (the model is its own)'}")
+    if reading is not None:
+        print(_settled_table(results, dataset, reference, reading, args.min_effect))
     if args.out:
-        write_json(args.out, results.to_json())
+        found = results.to_json()
+        if reading is not None:
+            record = reading.record()
+            found["sequential"] = {"totals": totals([record]), "units": {"all": record}}
+        write_json(args.out, found)
     if args.save_scores:
         scored = {(config, length, item_id) for config, length, item_id, _ in results.scores.items()}
         narrowed = _narrowing(args, scored.__contains__) or narrowed
@@ -58,6 +92,63 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     require_finite(results)
     return 0
+
+
+def _check_sequential(args: argparse.Namespace) -> None:
+    """--sequential exact or confident judges against --reference_scores and reads only part of the selection."""
+    if args.sequential == OFF:
+        return
+    if not args.reference_scores:
+        raise LongctxError(f"--sequential {args.sequential}: it stops once the checks against a reference are settled; "
+                           "give the reference with --reference_scores, or leave it out")
+    if args.save_scores:
+        raise LongctxError(f"--sequential {args.sequential}: --save_scores keeps scores to serve as a reference, which "
+                           "must hold every item; leave --sequential out (off) to write it")
+
+
+def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: object, dataset: Dataset,
+                       reference: ScoresFile, cache: ScoreCache | None) -> tuple[Results, Reading]:
+    """Score items one at a time until every row and cell against ``reference`` is settled, at the gate's default
+    thresholds (gate/sequential.py); the results hold what was read."""
+    fallback: list[str] = []
+    mode = choose_mode(args.mode, tokenizer, dataset, fallback, missing=tokenizer_missing(backend))
+    check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset))
+    thresholds = Thresholds(min_effect=args.min_effect)
+    checks, order = checks_of(dataset, reference, thresholds, frozenset(dataset_keys(dataset)))
+    scores, notes = ScoresFile(mode=mode, meta={}), []
+
+    def score(keys: set) -> None:
+        part = score_items(backend, tokenizer, dataset.select(keys), mode, not args.quiet, cache=cache,
+                           beyond_context=args.allow_beyond_context, reference=reference, notes=notes)
+        scores.meta = scores.meta or part.meta
+        for config, length, item_id, found in part.items():
+            scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = found
+
+    def entry(key: tuple[str, str, str]) -> object:
+        score({key})
+        return compute_sets(dataset.select({key}), scores, reference, args.min_effect)[key[0]][key[1]]["per_item"].get(key[2])
+
+    uncounted = {(c, n, item.id) for c, n, item in dataset.items()} - set(order)
+    if uncounted:
+        score(uncounted)
+    reading = read(args.sequential, None, checks, order, item_tokens(dataset.select(set(order)), mode, tokenizer), entry)
+    scored = [(c, n, i, s.fingerprint) for c, n, i, s in scores.items()]
+    scores.meta = {**scores.meta, "data": data_fingerprint(scored), **({"mode_fallback": fallback[0]} if fallback else {})}
+    sets = compute_sets(dataset.select({(c, n, i) for c, n, i, _ in scored}), scores, reference, args.min_effect)
+    rows, sources = headline(sets)
+    warnings = compare_judged(reference.meta, scores.meta).warnings + notes
+    return Results(rows, sources, sets, mode, scores.meta, scores, reference.path, warnings, args.min_effect), reading
+
+
+def _settled_table(results: Results, dataset: Dataset, reference: ScoresFile, reading: Reading, min_effect: float) -> str:
+    """What was read, and how each check was settled (its verdict against the reference over the whole selection)."""
+    evaluation = evaluate(results.sets, compute_sets(dataset, reference, None, min_effect), Thresholds(min_effect=min_effect))
+    record = reading.record()
+    annotate(evaluation.verdicts, [record])
+    found = totals([record])
+    assert found is not None
+    said = totals_text(found).replace("--longctx-sequential", "--sequential")
+    return f"{said}:\n{table(SETTLED_HEADERS, settled_rows(evaluation))}"
 
 
 def _narrowing(args: argparse.Namespace, kept: Callable[[ItemKey], bool]) -> str | None:

@@ -13,6 +13,7 @@ from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.results_file import ResultsFile, find_data
+from pytest_longctx.gate.sequential import totals
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
@@ -37,6 +38,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)  # the run's and the comparison's (a compressed baseline, a small selection)
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
+    sequential: dict[str, Any] | None = None  # what sequential reading read of the selection (gate/sequential.py totals)
 
     @property
     def failing(self) -> list[Verdict]:
@@ -102,7 +104,7 @@ def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
     return Comparison(without_credentials(str(run.options.model)), said, run.scores.mode or "n/a", evaluation, run.thresholds,
                       items, targets, notes=evaluation.notes, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
-                      reads=read_drift(run.scores, baseline, run.dataset))
+                      reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()))
 
 
 def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:
@@ -130,6 +132,11 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
     gate computes them), else from the metrics the files stored."""
     notes: list[str] = []
     dataset = None
+    read = results.sequential
+    if read is not None and read.get("items") != read.get("of_items"):
+        notes.append(f"results {results.path}: read sequentially ({read.get('mode')}), {read.get('items')} of "
+                     f"{read.get('of_items')} items: compared on the items read, against the baseline on the same "
+                     "items (the gate's thresholds came from the baseline over every item)")
     if results.scores is not None:
         needed = {(c, n, i): s.fingerprint for c, n, i, s in results.scores.items()}
         check_fits(baseline, results.scores.mode, results.scores.meta.get("tokenizer", ""), needed, what="baseline")

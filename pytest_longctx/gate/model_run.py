@@ -4,7 +4,9 @@ raw scores to the controller, which evaluates the same way.
 
 Scoring happens per unit — ``facts``, ``tool_calls``, and ``rules`` (the three
 languages together, as they share their agent sessions) — the first time a test needs it,
-and covers every item the selected tests of that unit need.
+and covers every item the selected tests of that unit need; under ``--longctx-sequential``
+(exact by default) it reads them one at a time until every selected row and cell of the unit
+is settled (gate/sequential.py), and the items left unread are skipped by their tests.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.gate_session import Case, Progress, unit_of
-from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.options import OFF, GateOptions
+from pytest_longctx.gate.sequential import annotate, checks_of, read
 from pytest_longctx.gate.verdicts import (
     Evaluation,
     cell_key,
@@ -36,7 +39,7 @@ from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.identity import compare_judged
 from pytest_longctx.scoring.modes import choose_mode
-from pytest_longctx.scoring.pipeline import compute_sets, score_items
+from pytest_longctx.scoring.pipeline import compute_sets, item_tokens, score_items
 from pytest_longctx.scoring.scores_file import (
     ScoresFile,
     UnknownLoss,
@@ -82,11 +85,15 @@ class GateRun:
         if self.baseline is not None:  # before any model is loaded: a baseline of a narrower selection, or stale
             check_coverage(self.baseline, self.fingerprints, "baseline")
         self.needed: dict[str, set[ItemKey]] = {}
+        self.tests: set[str] = set()  # the keys of the selected row and cell tests: what sequential reading settles
+        self.readings: dict[str, dict[str, Any]] = {}  # unit -> the stopping record of its sequential reading
+        self.unread: set[ItemKey] = set()  # needed items sequential reading settled every check without
+        self.read_all = False  # a user's fixture asked for every result: nothing is left unread from then on
         self.scores = ScoresFile(mode="", meta={})
         self.scored_units: set[str] = set()
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
-        self._evaluations: dict[frozenset[ItemKey], Evaluation] = {}
+        self._evaluations: dict[tuple[frozenset[ItemKey], frozenset[ItemKey]], Evaluation] = {}
         self.warnings: list[str] = left_out + self.thresholds.check_patterns(self.check_keys())
 
     def _check_outputs(self, invocation_dir: Path) -> None:
@@ -169,12 +176,16 @@ class GateRun:
     def select(self, cases: Iterable[Case]) -> None:
         """Record what the selected tests need: scoring covers exactly that."""
         self.needed = {}
+        self.tests = set()
         for case in cases:
             self.needed.setdefault(case.unit, set()).update(case.needs)
+            if case.kind in ("row", "cell"):
+                self.tests.add(case.key)
 
     def need_everything(self) -> None:
         for key in self.fingerprints:
             self.needed.setdefault(unit_of(key[0]), set()).add(key)
+        self.read_all = True
 
     # -------------------------------------------------------------- scoring
 
@@ -187,7 +198,11 @@ class GateRun:
         try:
             for unit in units:
                 keys = {k for k in self.needed.get(unit, ()) if not self._is_scored(k)}
-                if keys:
+                if not self.read_all:
+                    keys -= self.unread
+                if keys and self._sequential(unit):
+                    self._read_sequentially(unit, keys, backend, progress)
+                elif keys:
                     self._score(keys, backend, progress)
                 self.scored_units.add(unit)
         except LongctxError as exc:
@@ -198,7 +213,55 @@ class GateRun:
         config, length, item_id = key
         return item_id in self.scores.scores.get(config, {}).get(length, {})
 
-    def _score(self, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
+    def _sequential(self, unit: str) -> bool:
+        """Whether the unit is read sequentially: a mode other than off, a baseline to judge against, no fixture
+        asking for every result, and not read so already."""
+        return (self.options.sequential != OFF and self.baseline is not None and not self.read_all
+                and unit not in self.readings)
+
+    def _read_sequentially(self, unit: str, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
+        """Read the unit's items one at a time, in the fixed order, until every selected row and cell is settled
+        (gate/sequential.py); the needed items no check counts are read first, whole."""
+        assert self.baseline is not None
+        configs = {config for config in self.dataset.configs if unit_of(config) == unit}
+        unit_data = self.dataset.select({k for k in self.fingerprints if k[0] in configs})
+        checks, order = checks_of(unit_data, self.baseline, self.thresholds, frozenset(self.tests))
+        if keys - set(order):
+            self._score(keys - set(order), backend, progress)
+        if not order:
+            return
+        self._choose_mode(backend)
+        tokens = item_tokens(self.dataset.select(set(order)), self.scores.mode, tokenizer_of(backend))
+
+        def score(key: ItemKey) -> dict[str, Any] | None:
+            if not self._is_scored(key):
+                self._score({key}, backend, progress)
+            return self._entry(key)
+
+        reading = read(self.options.sequential, self.thresholds.alpha, checks, order, tokens, score)
+        self.readings[unit] = reading.record()
+        self.unread |= {key for key in order if key not in reading.read}
+
+    def _entry(self, key: ItemKey) -> dict[str, Any] | None:
+        """A scored item's entry in its set's ``per_item``, against the baseline: the figures its checks count."""
+        config, length, item_id = key
+        single = compute_sets(self.dataset.select({key}), self.scores, self.baseline, self.thresholds.min_effect)
+        return single[config][length]["per_item"].get(item_id)
+
+    def not_read(self, key: ItemKey) -> str | None:
+        """Why sequential reading left an item unread (its test is skipped with it), or None."""
+        if key not in self.unread or self._is_scored(key):
+            return None
+        config, length, _ = key
+        record = self.readings.get(unit_of(config), {})
+        of_set = [k for k in map(tuple, record.get("order", ())) if k[:2] == key[:2]]
+        read = sum(1 for k in map(tuple, record.get("read", ())) if k[:2] == key[:2])
+        return (f"not read: {config} {length}'s selected rows and cells were settled after {read} of its {len(of_set)} "
+                f"items (--longctx-sequential {record.get('mode', self.options.sequential)}; off reads every item)")
+
+    def _choose_mode(self, backend: Backend) -> None:
+        """The tokenization mode, chosen once, on the first item scored (a fallback to text says so), and the
+        baseline checked against it."""
         tokenizer = tokenizer_of(backend)
         if not self.scores.mode:
             self.scores.mode = choose_mode(self.options.mode, tokenizer, self.dataset, self.warnings)  # a fallback to text says so
@@ -206,6 +269,10 @@ class GateRun:
                 check_fits(
                     self.baseline, self.scores.mode, tokenizer_fingerprint(tokenizer, self.scores.mode), self.fingerprints, what="baseline"
                 )
+
+    def _score(self, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
+        tokenizer = tokenizer_of(backend)
+        self._choose_mode(backend)
         if self.cache is None:
             self.cache = ScoreCache.for_backend(backend, self.options.cache_dir, warn=self.warnings.append) or False
         notes: list[str] = []
@@ -227,7 +294,8 @@ class GateRun:
 
     def export(self) -> str:
         """What a worker hands the controller, as JSON text (execnet carries plain types only)."""
-        return json.dumps({"scores": self.scores.to_json(), "warnings": self.warnings, "failure": self.failure})
+        return json.dumps({"scores": self.scores.to_json(), "warnings": self.warnings, "failure": self.failure,
+                           "readings": self.readings, "unread": sorted(self.unread)})
 
     def absorb(self, exported_text: str) -> None:
         exported = json.loads(exported_text)
@@ -239,15 +307,18 @@ class GateRun:
         self.merge(part)
         self.warnings.extend(w for w in exported["warnings"] if w not in self.warnings)
         self.failure = self.failure or exported["failure"]
+        self.readings.update(exported.get("readings", {}))
+        self.unread |= {tuple(key) for key in exported.get("unread", ())}
 
     # -------------------------------------------------------------- evaluation
 
     def complete(self) -> dict[str, list[str]]:
-        """config -> lengths whose every selected item is scored."""
+        """config -> lengths whose every selected item is scored, or left unread by sequential reading."""
         done: dict[str, list[str]] = {}
         for config, by_length in self.dataset.configs.items():
             for length, items in by_length.items():
-                if items and all(self._is_scored((config, length, i.id)) for i in items):
+                if items and all(self._is_scored((config, length, i.id)) or (config, length, i.id) in self.unread
+                                 for i in items):
                     done.setdefault(config, []).append(length)
         return done
 
@@ -256,15 +327,17 @@ class GateRun:
         (in update mode the model is its own baseline), and every applicable verdict."""
         done = {c: n for c, n in self.complete().items() if configs is None or c in configs}
         keys = {k for k in self.fingerprints if k[1] in done.get(k[0], ())}
-        memo = frozenset(keys)  # items are scored once, so complete sets never change
+        read = frozenset(k for k in keys if self._is_scored(k))
+        memo = (frozenset(keys), read)  # items are scored once, so complete sets never change
         if memo in self._evaluations:  # the cell and row tests of one set ask for the same numbers
             return self._evaluations[memo]
-        dataset = self.dataset.select(keys)
         reference = self.baseline
         min_effect = self.thresholds.min_effect
-        sets = compute_sets(dataset, self.scores, reference, min_effect)
-        baseline_sets = compute_sets(dataset, reference, None, min_effect) if reference is not None else sets
+        # the model over what it read; the baseline, and so each threshold, over the whole selection, as off has it
+        sets = compute_sets(self.dataset.select(set(read)), self.scores, reference, min_effect)
+        baseline_sets = compute_sets(self.dataset.select(keys), reference, None, min_effect) if reference is not None else sets
         evaluation = self._evaluations[memo] = evaluate(sets, baseline_sets, self.thresholds)
+        annotate(evaluation.verdicts, self.readings.values())
         return evaluation
 
     def item_report(self, key: ItemKey) -> tuple[list[str], dict[str, Any]]:

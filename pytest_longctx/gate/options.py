@@ -9,7 +9,9 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.options.fronts import read_plugin_options
-from pytest_longctx.options.table import THRESHOLD_FIELDS, plugin_option
+from pytest_longctx.options.table import SEQUENTIAL_MODES, THRESHOLD_FIELDS, plugin_option
+
+EXACT, CONFIDENT, OFF = SEQUENTIAL_MODES
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class GateOptions:
     kv_press: str | None = None  # --longctx-kv-press NAME[:key=value,...]
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
+    sequential: str = OFF  # --longctx-sequential: read until each verdict is settled (gate/sequential.py), or everything
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -70,6 +73,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
                            "give it with --longctx-update-baseline, or leave it out")
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
+    sequential = _sequential(values["sequential"], values["update-baseline"], bool(values["compressor"]))
     threshold = plugin_option("threshold")
     overrides = (*parse_overrides(getini(threshold.plugin_dest) or [], f"ini option {threshold.plugin_dest} in {inipath}",
                                   strict=False),
@@ -85,4 +89,21 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
+        sequential=sequential,
     )
+
+
+def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> str:
+    """--longctx-sequential: exact unless given; a baseline update reads every item, so it takes off only, and
+    the compressor gate compresses every session."""
+    if compressor:
+        if given not in (None, OFF):
+            raise LongctxError(f"--longctx-sequential {given}: the model gate's; the compressor gate "
+                               "(--longctx-compressor) compresses every session, leave it out")
+        return OFF
+    if update_baseline:
+        if given not in (None, OFF):
+            raise LongctxError(f"--longctx-sequential {given}: a baseline update (--longctx-update-baseline) reads every "
+                               "item, so a baseline holds them all; leave it out, or give off")
+        return OFF
+    return given or EXACT

@@ -34,6 +34,7 @@ class ResultsFile:
     scores: ScoresFile | None
     sets: dict[str, Any] | None
     reference: str | None  # what its stored rules metrics were measured against
+    sequential: dict[str, Any] | None = None  # what a sequential reading read of its selection (its totals), if it did
 
 
 def read_results(path: str) -> ResultsFile:
@@ -51,7 +52,10 @@ def read_results(path: str) -> ResultsFile:
     scores = scores_from_json(body, path) if "scores" in body else None
     if scores is not None:
         check_drift_blocks(scores, "results", again)
-    return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"))
+    sequential = body.get("sequential")
+    totals = sequential.get("totals") if isinstance(sequential, dict) else None
+    return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"),
+                       totals if isinstance(totals, dict) else None)
 
 
 def find_data(explicit: str | None, needed: dict[ItemKey, str], results: ResultsFile,

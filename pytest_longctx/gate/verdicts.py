@@ -80,11 +80,48 @@ def dataset_keys(dataset: Dataset) -> dict[str, frozenset[str]]:
 # ------------------------------------------------------------------ verdicts
 
 PASS, FAIL = "PASS", "FAIL"
+NOT_NEEDED = "not needed"  # the word of a check sequential reading left open: its test fails on another check
+
+# how sequential reading (gate/sequential.py) settled a check
+BOUNDS = "bounds"  # exact: no outcome of the unread items can change its verdict
+TESTED = "confidence sequence"  # confident: an anytime-valid test at alpha shows it within or beyond its threshold
+READ_THROUGH = "read through"  # exact: its every item read; the verdict is the point estimate's
+NOT_SETTLED = "not settled"  # confident: the selection ran out first; the point estimate's verdict stands
+MOOT = "moot"  # left open: its test (the row or cell) already fails on another check
 
 
 def verdict_word(passed: bool | None) -> str:
     """PASS, FAIL, or n/a for a check that does not apply (None)."""
     return NA if passed is None else PASS if passed else FAIL
+
+
+@dataclass(frozen=True)
+class Settling:
+    """How sequential reading settled a check (docs/metrics.md#sequential-reading): after how many of its items
+    and their tokens, how, on which word, and the figures it rests on."""
+
+    mode: str  # exact or confident
+    how: str  # BOUNDS, TESTED, READ_THROUGH, NOT_SETTLED or MOOT
+    word: str | None  # the verdict settled on; None where the point estimate over the items read stands (or, MOOT, none)
+    items: int  # the check's items read when it was settled
+    of_items: int  # the check's items in the selection
+    tokens: int  # the tokens of those read
+    of_tokens: int  # of all its items
+    detail: str = ""  # what it rests on: the range still possible, or the test's e-values
+
+    def text(self) -> str:
+        """``settled FAIL after 1 of 8 items (2,101 of 16,790 tokens), exact: lowest possible far KL 0.225 > 0.050``."""
+        read = f"{self.items} of {self.of_items} items ({self.tokens:,} of {self.of_tokens:,} tokens)"
+        said = {BOUNDS: f"settled {self.word} after {read}, {self.mode}",
+                TESTED: f"settled {self.word} after {read}, {self.mode} ({TESTED})",
+                READ_THROUGH: f"read through ({read}), {self.mode}",
+                NOT_SETTLED: f"not settled after {read}, {self.mode}; the point estimate decides",
+                MOOT: f"not needed after {read}, {self.mode}"}[self.how]
+        return f"{said}: {self.detail}" if self.detail else said
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "how": self.how, "word": self.word, "items": self.items, "of_items": self.of_items,
+                "tokens": self.tokens, "of_tokens": self.of_tokens, "detail": self.detail}
 
 
 @dataclass
@@ -113,6 +150,7 @@ class Verdict:
     at_most: bool = False  # the value must stay at or below the threshold (drift), not reach it
     damage: Drift | None = None  # the row's drift figures and damage kind, where known
     floor: float | None = None  # the least value the metric can take (an accuracy's or a share's 0), where it has one
+    settling: Settling | None = None  # sequential reading: how the check was settled (gate/sequential.py)
 
     @property
     def vacuous(self) -> bool:
@@ -125,7 +163,12 @@ class Verdict:
     def applicable(self) -> bool:
         """n/a when neither side has a value (e.g. a rules cell with no counted target), or when the
         check cannot fail."""
-        return (self.model is not None or self.baseline is not None) and not self.vacuous
+        return (self.model is not None or self.baseline is not None) and not self.vacuous and not self.moot
+
+    @property
+    def moot(self) -> bool:
+        """Sequential reading left it open: its test already fails on another check."""
+        return self.settling is not None and self.settling.how == MOOT
 
     def why_not_applicable(self, min_effect: float) -> str:
         """Why the check is n/a, for the test that skips it."""
@@ -145,6 +188,8 @@ class Verdict:
     def passed(self) -> bool:
         """A value the baseline has and the model cannot produce (every target non-finite or
         unscored) fails."""
+        if self.settling is not None and self.settling.word in (PASS, FAIL):  # what sequential reading settled
+            return self.settling.word == PASS
         if self.model is None:
             return self.baseline is None
         if self.within:
@@ -186,8 +231,8 @@ class Verdict:
 
     @property
     def word(self) -> str:
-        """PASS, FAIL, or n/a when the model has no value to judge."""
-        return verdict_word(self.passed if self.applicable else None)
+        """PASS, FAIL, n/a when the model has no value to judge, or ``not needed`` (sequential reading left it open)."""
+        return NOT_NEEDED if self.moot else verdict_word(self.passed if self.applicable else None)
 
     def to_json(self, damage: str | None = None) -> dict[str, Any]:
         """The check as every results file keeps it: its values, threshold and word, its uncertainty, and
@@ -196,7 +241,7 @@ class Verdict:
                 "reference": self.reference, "threshold": self.threshold, "rule": self.rule, "at_most": self.at_most,
                 "verdict": self.word, "interval": self.interval, "items": self.items, "mdd": self.mdd, "lost": self.lost,
                 "gained": self.gained, "p": self.p, "alpha": self.alpha, "bound": self.bound, "losers": self.losers,
-                "damage": damage}
+                "damage": damage, "settled": self.settling.to_json() if self.settling is not None else None}
 
     def message(self) -> str:
         head = (f"{self.label}: {self.metric} {number(self.model)} ({self.reference} {number(self.baseline)}), "
@@ -210,6 +255,8 @@ class Verdict:
             head += f"; damage {self.damage.text()}"
         if self.losers:
             head += "; lost the most: " + "; ".join(self.losers)
+        if self.settling is not None:
+            head += f"; {self.settling.text()}"
         return head
 
 
@@ -392,6 +439,14 @@ class Evaluation:
     def failing_rows(self) -> set[str]:
         """The rows with a failing check (the row's own, or its drift check)."""
         return {row_of(v.label) for v in self.verdicts if v.applicable and not v.passed}
+
+    def drift_items(self, name: str) -> list[str]:
+        """The ids of the items row ``name``'s drift is computed over: its set's items with a drift summary that
+        belong to the row (its suite, or its rules cell)."""
+        source = self.row_sources[name]
+        keep = _row_items(source)
+        per_item = self.sets[source.config][source.length].get("per_item", {})
+        return [item_id for item_id, entry in per_item.items() if "drift" in entry and keep(entry)]
 
     def damage_kind(self, name: str) -> str | None:
         """The damage kind every report names for a row: a failing row's, None for a passing

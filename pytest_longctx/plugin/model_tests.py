@@ -20,9 +20,12 @@ def test_baseline(longctx_case: Case, longctx_run: GateRun) -> None:
     fail(longctx_run.missing_baseline)
 
 
-def test_item(longctx_case: Case, longctx_run: GateSession, longctx_backend: Backend, longctx_progress: Any,
+def test_item(longctx_case: Case, longctx_run: GateRun, longctx_backend: Backend, longctx_progress: Any,
               request: Any) -> None:
     ensure_or_fail(longctx_run, [longctx_case.unit], longctx_backend, longctx_progress)
+    unread = longctx_run.not_read(longctx_case.item)
+    if unread:
+        skip(f"{longctx_case.key}: {unread}")
     check_item(longctx_case, longctx_run, request)
 
 
@@ -46,6 +49,6 @@ def _check(case: Case, run: GateSession, backend: Backend, progress: Any, record
         record_property(f"longctx.threshold_{verdict.metric}", verdict.threshold)
     if not any(v.applicable for v in verdicts):
         skip(f"{case.key}: {verdicts[0].why_not_applicable(run.options.thresholds.min_effect)}, nothing to check")
-    failed = [v for v in verdicts if not v.passed]
+    failed = [v for v in verdicts if v.applicable and not v.passed]
     if failed:
         fail(*(v.message() for v in failed))

@@ -91,6 +91,13 @@ def _drift(comparison: Comparison) -> str:
     return html_section("drift", section.title, *parts)
 
 
+def _sequential(comparison: Comparison) -> str:
+    """How sequential reading settled each check (nothing where every item was read)."""
+    section = tables.sequential(comparison)
+    return html_section("sequential", "Sequential reading", f'<p class="note">{escape(section.title)}</p>',
+                        html_table(section, "sequential-table")) if section.rows else ""
+
+
 def _effects(comparison: Comparison) -> str:
     evaluation = comparison.evaluation
     parts = []
@@ -167,6 +174,7 @@ def html_report(comparison: Comparison) -> str:
         html_section("failing", "Failing cells", "<ul>" + "".join(f"<li>{escape(f)}</li>" for f in failing) + "</ul>")
         if failing else "",
         _drift(comparison),
+        _sequential(comparison),
         _distance(comparison),
         _effects(comparison),
         html_section("sets", "Facts and tool calls", html_table(sets, "sets-table")) if sets.rows else "",

@@ -42,6 +42,9 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
         elif verdict.metric == "kl":
             properties += [(f"longctx.verdict.{verdict.label}", verdict.word),
                            (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6))]
+    for verdict in evaluation.verdicts:
+        if verdict.settling is not None:
+            properties.append((f"longctx.settled.{verdict.key}.{verdict.metric}", visible(verdict.settling.text())))
     for name, found in evaluation.drift.items():
         properties += [(f"longctx.drift_{group}_kl.{name}", number(getattr(found, group).kl, 6)) for group in ("far", "near", "control")]
         properties += [(f"longctx.drift_far_same_top1.{name}", number(found.far.same_top1, 6)),

@@ -58,11 +58,18 @@ def ci_summary(comparison: Comparison) -> str:
     """What a CI run's step summary shows: the headline table, the drift table and the failing cells."""
     section = tables.headline(comparison)
     return "\n".join([*_heading(comparison), "", md_table(section.headers, section.rows), *_drift(comparison),
-                      *_failing(comparison)]) + "\n"
+                      *_read(comparison), *_failing(comparison)]) + "\n"
+
+
+def _read(comparison: Comparison) -> list[str]:
+    """What sequential reading read of the selection, in a line (the full report has its table)."""
+    title = tables.sequential(comparison).title
+    return ["", cell(title)] if title else []
 
 
 def markdown_report(comparison: Comparison, count: int = 10) -> str:
     lines = _heading(comparison) + _section(tables.headline(comparison)) + _drift(comparison)
+    lines += _section(tables.sequential(comparison))
     for section in (tables.rules_cells(comparison), tables.set_metrics(comparison), tables.items(comparison, count)):
         lines += _section(section)
     lines += _failing(comparison)

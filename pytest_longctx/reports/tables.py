@@ -8,11 +8,22 @@ from typing import Any
 from pytest_longctx.data.records import TOOL_KINDS, config_kind
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.losses import TargetLoss
+from pytest_longctx.gate.sequential import totals_text
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
 from pytest_longctx.metrics.drift import pooled
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
-from pytest_longctx.reports.text import DRIFT_HEADERS, GATE_HEADERS, TERMINAL_HEADERS, damage_lines, drift_rows, gate_rows, interval_text
+from pytest_longctx.reports.text import (
+    DRIFT_HEADERS,
+    GATE_HEADERS,
+    SETTLED_HEADERS,
+    TERMINAL_HEADERS,
+    damage_lines,
+    drift_rows,
+    gate_rows,
+    interval_text,
+    settled_rows,
+)
 
 MARK = ("⟦", "⟧")  # around the target in its text
 HITS = {"facts": ("recalled", "missed"), "tool_calls": ("right", "wrong"), "rules": ("followed", "not followed")}
@@ -60,6 +71,13 @@ def drift(comparison: Comparison) -> Section:
     """Every row's drift at the reads: KL_K far / near / control, the far excess, the damage kind."""
     return Section("Drift at the reads (KL_K against the baseline's most likely tokens, nats)", DRIFT_HEADERS,
                    drift_rows(comparison.evaluation))
+
+
+def sequential(comparison: Comparison) -> Section:
+    """How sequential reading settled each check, titled with what it read of the selection (no rows without it)."""
+    if comparison.sequential is None:
+        return Section("", SETTLED_HEADERS, [])
+    return Section(totals_text(comparison.sequential), SETTLED_HEADERS, settled_rows(comparison.evaluation))
 
 
 def damage(comparison: Comparison) -> list[str]:

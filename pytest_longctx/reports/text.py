@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.gate.drift import NONE
+from pytest_longctx.gate.sequential import totals, totals_text
 from pytest_longctx.gate.verdicts import DRIFT_LABEL, FAIL, checks_word
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
@@ -100,6 +101,22 @@ def damage_lines(evaluation: Any) -> list[str]:
     return [f"  {name}: {found.text()}" for name, found in evaluation.drift.items() if evaluation.damage_kind(name)]
 
 
+SETTLED_HEADERS = ["check", "metric", "settled", "items", "tokens", "on"]
+
+
+def settled_rows(evaluation: Any) -> list[list[str]]:
+    """One line per check sequential reading settled: how, after how many of its items and tokens, and on what."""
+    lines = []
+    for verdict in evaluation.verdicts:
+        found = verdict.settling
+        if found is None:
+            continue
+        how = f"{found.how} {found.word}" if found.word else found.how
+        lines.append([verdict.key, verdict.metric, how, f"{found.items} of {found.of_items}",
+                      f"{found.tokens:,} of {found.of_tokens:,}", found.detail])
+    return lines
+
+
 def summary_lines(run: Any, finished: Any) -> list[str]:
     """The model gate's terminal summary: what was gated against what, the tables, the failing cells,
     the warnings, and what was written (``finished``: reports/finish.py's ``Finished``)."""
@@ -118,6 +135,10 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
         lines.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
         lines.append(table(DRIFT_HEADERS, drift_rows(evaluation)))
         lines.extend(visible(line) for line in damage_lines(evaluation))
+    reading = totals(run.readings.values())
+    if reading is not None:
+        lines.append(totals_text(reading) + ":")
+        lines.append(table(SETTLED_HEADERS, settled_rows(evaluation)))
     failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
                and v.metric != "kl"]
     if failing:

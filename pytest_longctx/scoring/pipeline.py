@@ -48,7 +48,8 @@ class Results:
         sources = {name: source.to_json() for name, source in self.row_sources.items()}
         return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
                 "meta": {**self.meta, "min_effect": self.min_effect}, "row_sources": sources,
-                "scores": self.scores.to_json()["scores"]}  # per-target raw scores: what `longctx compare` reads
+                "scores": self.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
+                "sequential": None}  # every item read: a sequential run's caller puts its stopping record here
 
     def nonfinite(self) -> list[str]:
         """``config/length/item`` of every item with a NaN or infinite log-probability."""
@@ -170,6 +171,12 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
         scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
             fingerprints[key], records.targets, records.controls, records.drift)
     return scores
+
+
+def item_tokens(dataset: Dataset, mode: str, tokenizer: Any) -> dict[tuple[str, str, str], int]:
+    """(config, length, item id) -> the tokens reading the item alone forwards (``ItemReads.tokens_forwarded``):
+    what sequential reading counts as the cost of an item."""
+    return {(p.config, p.length, p.item.id): p.tokens_forwarded for p in plan_reads(dataset, mode, tokenizer)}
 
 
 def check_context_window(backend: Backend, plans: list[ItemReads]) -> None:

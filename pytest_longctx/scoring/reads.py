@@ -59,6 +59,29 @@ class ItemReads:
         """The longest prefix a forward pass runs over (a read at ``pos`` needs ``pos`` tokens)."""
         return max((read.pos for target in self.every for read in target.reads), default=0)
 
+    @property
+    def tokens_forwarded(self) -> int:
+        """The tokens its forward passes run over when it is read alone: each sequence up to its last read (a read
+        at ``pos`` needs ``pos`` tokens), a prefix two of its sequences share counted once (the engine runs it once)."""
+        ends: dict[int, int] = {}
+        for target in self.every:
+            for read in target.reads:
+                ends[read.seq] = max(ends.get(read.seq, 0), read.pos)
+        total, seen = 0, []
+        for seq, end in sorted(ends.items()):
+            tokens = self.sequences[seq][:end]
+            shared = max((_common_prefix(tokens, other) for other in seen), default=0)
+            total += end - shared
+            seen.append(tokens)
+        return total
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many tokens ``a`` and ``b`` begin with alike."""
+    size = min(len(a), len(b))
+    differ = np.flatnonzero(a[:size] != b[:size])
+    return int(differ[0]) if differ.size else size
+
 
 def item_texts(item: Item) -> tuple[str, ...]:
     """The texts of the item's sequences, in sequence order."""

@@ -1,0 +1,116 @@
+"""Sequential reading through the plugin and ``longctx score``, on the tiny models the tests build: exact gives
+every row and cell test the outcome off gives, a candidate that fails early reads fewer items and the tests of the
+items it did not read are skipped saying why, pytest-xdist gives the same, and the results JSON's stopping record
+replays to the same stops."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_longctx.gate.sequential import replay
+
+
+def gate(pytester, gate_models, data_dir, gate_baseline, model, *args):
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", f"--longctx-model={gate_models[model]}", f"--longctx-data={data_dir}",
+        "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}", "-rs", *args)
+
+
+def outcomes(junit) -> dict[str, str]:
+    """Each generated row and cell test's outcome in a junit file: passed, failed or skipped."""
+    found = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("name")
+        if name.startswith(("test_row[", "test_cell[")):
+            found[name] = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
+    return found
+
+
+def run(pytester, gate_models, data_dir, gate_baseline, model, sequential, *args):
+    """(the row and cell tests' outcomes, the results JSON, the output) of one gate run."""
+    junit, out = pytester.path / f"{model}-{sequential}.xml", pytester.path / f"{model}-{sequential}.json"
+    result = gate(pytester, gate_models, data_dir, gate_baseline, model, f"--longctx-sequential={sequential}",
+                  f"--junitxml={junit}", f"--longctx-out={out}", *args)
+    return outcomes(junit), json.loads(out.read_text()), result
+
+
+@pytest.mark.parametrize("model", ["degraded", "reference"])
+def test_exact_gives_every_test_the_outcome_off_gives(pytester, gate_models, data_dir, gate_baseline, model):
+    tests_off, results_off, result_off = run(pytester, gate_models, data_dir, gate_baseline, model, "off")
+    tests_exact, results_exact, result_exact = run(pytester, gate_models, data_dir, gate_baseline, model, "exact")
+    assert tests_exact == tests_off and len(tests_off) > 20
+    assert result_exact.ret == result_off.ret == (1 if model == "degraded" else 0)
+    assert results_off["sequential"] is None
+    off_words = {(v["key"], v["metric"]): v["verdict"] for v in results_off["verdicts"]}
+    for verdict in results_exact["verdicts"]:  # every check exact settled has off's word
+        settled = verdict["settled"]
+        if settled is not None and settled["how"] == "bounds":
+            assert settled["word"] == off_words[verdict["key"], verdict["metric"]] == verdict["verdict"], verdict
+    totals = results_exact["sequential"]["totals"]
+    scored_off = sum(len(items) for by_length in results_off["scores"].values() for items in by_length.values())
+    if model == "degraded":  # its drift fails on the first item of facts and tool calls: their second is not read
+        assert totals["items"] < totals["of_items"] == scored_off and totals["tokens"] < totals["of_tokens"]
+        skipped = [line for line in result_exact.stdout.lines if line.startswith("SKIPPED") and "not read:" in line]
+        assert len(skipped) == totals["of_items"] - totals["items"]
+        assert all("settled after 1 of its 2 items (--longctx-sequential exact" in line for line in skipped)
+        assert "sequential reading (exact):" in result_exact.stdout.str()
+    else:  # a pass needs every drift read
+        assert totals["items"] == totals["of_items"] == scored_off
+
+
+def test_the_stopping_record_replays_and_confident_says_what_it_could_not_settle(pytester, gate_models, data_dir,
+                                                                                  gate_baseline):
+    for mode in ("exact", "confident"):
+        _, results, result = run(pytester, gate_models, data_dir, gate_baseline, "degraded", mode)
+        for unit, record in results["sequential"]["units"].items():
+            again = replay(record)
+            assert [s.settled.to_json() for s in again.states] == [c["settled"] for c in record["checks"]], unit
+            assert again.read == [tuple(k) for k in record["read"]]
+    text = result.stdout.str()
+    assert "sequential reading (confident at alpha 0.05):" in text
+    hows = {v["settled"]["how"] for v in results["verdicts"] if v["settled"] is not None}
+    assert "confidence sequence" in hows and "not settled" in hows  # its drift fails at once, two items settle no pass
+
+
+def test_xdist_gives_the_same_reading(pytester, gate_models, data_dir, gate_baseline):
+    found = {}
+    for workers in ("0", "2"):
+        junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={gate_models['degraded']}",
+            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}", f"--longctx-out={out}")
+        assert result.ret == 1
+        results = json.loads(out.read_text())
+        found[workers] = (outcomes(junit), results["sequential"], [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]])
+    assert found["0"] == found["2"]
+    assert found["0"][1]["totals"]["items"] < found["0"][1]["totals"]["of_items"]
+
+
+def test_a_baseline_update_reads_everything_and_refuses_another_mode(pytester, gate_models, data_dir, tmp_path):
+    result = gate(pytester, gate_models, data_dir, tmp_path / "new.json.gz", "reference", "--longctx-update-baseline",
+                  "--longctx-sequential=exact")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if "--longctx-sequential" in line]
+    assert len(errors) == 1 and "a baseline update (--longctx-update-baseline) reads every item" in errors[0]
+
+
+def test_longctx_score_reads_sequentially_against_a_reference(gate_models, data_dir, gate_baseline, tmp_path, capsys):
+    from pytest_longctx.cli import main
+
+    common = ["score", "--model", gate_models["degraded"], "--data", str(data_dir), "--lengths", "2k", "--sets",
+              "facts,tool_calls", "--quiet"]
+    assert main([*common, "--sequential", "exact"]) == 2
+    assert "--sequential exact: it stops once the checks against a reference are settled" in capsys.readouterr().err
+    assert main([*common, "--sequential", "confident", "--reference_scores", str(gate_baseline), "--save_scores",
+                 str(tmp_path / "x.json.gz")]) == 2
+    assert "must hold every item" in capsys.readouterr().err
+    out = tmp_path / "results.json"
+    assert main([*common, "--sequential", "exact", "--reference_scores", str(gate_baseline), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(out.read_text())["sequential"]
+    assert record["totals"]["items"] == 2 < record["totals"]["of_items"] == 4  # one item of each set settles the rows
+    assert "sequential reading (exact): 2 of 4 items read" in printed and "bounds FAIL" in printed
+    assert [s.settled.to_json() for s in replay(record["units"]["all"]).states] == \
+        [c["settled"] for c in record["units"]["all"]["checks"]]
