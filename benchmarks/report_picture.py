@@ -28,17 +28,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers, tests/kit/
 
-import browser  # noqa: E402  (tests/browser.py)
+from kit import browser  # noqa: E402
 
 TINY_NOISE = 0.3  # weight noise of the tiny "compressed" model: it forgets some, not all
 
 
 def tiny_inputs(folder: Path) -> tuple[str, str, str]:
     """(baseline, results, data) of the tiny models, written into ``folder``."""
-    from conftest import perturbed, trained_qwen3, training_sequences
-    from itemkit import build_rows, write_split
+    from kit.items import build_rows, write_split
+    from kit.models import perturbed, trained_qwen3, training_sequences
 
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.data.qwen import qwen35_tokenizer

@@ -1,5 +1,7 @@
 """Numbers as the gate's messages and reports show them (three decimals, ``n/a`` where a
-value is missing), and the one tolerance every check compares a value with its threshold by."""
+value is missing), the one tolerance every check compares a value with its threshold by, and the floor
+KL_K clamps the candidate's rest probability at (metrics/drift.py, and its differentiable twin in
+backends/hybrids/first_order.py)."""
 from __future__ import annotations
 
 NA = "n/a"  # what a missing value (and a check that does not apply) shows as
@@ -14,6 +16,7 @@ def delta(model: float | None, baseline: float | None) -> str:
     return NA if model is None or baseline is None else f"{model - baseline:+.3f}"
 
 
+REST_FLOOR = 1e-12  # q_r is clamped here: a candidate sure of the baseline's ids leaves no rest
 ROUNDING = 1e-12  # how far a computed value may sit past its threshold and still meet it (float rounding)
 
 

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from conftest import needs, skip_unless
+from kit import browser
+from kit.models import save_model, tiny_llama
+from kit.needs import needs, skip_unless
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -76,6 +78,16 @@ def cells(out: str, first: str, nth: int = 0) -> list[dict[str, str]]:
     return rows
 
 
+def sequential_rows(out: str, _: dict[str, Path]) -> None:
+    """exact gives off's verdict reading no more than off; the real gate stopped where the replay stops."""
+    rows = cells(out, "candidate")
+    assert [row["candidate"] for row in rows] == ["kv-int4"], out
+    for row in rows:
+        assert row["exact"] == row["off"] and row["confident"] in ("PASS", "FAIL"), row
+        assert int(row["exact items"]) <= int(row["off items"]) and int(row["confident items"]) <= int(row["off items"]), row
+    assert re.search(r"^real gate on kv-int4 .* stopping record the same as the replay$", out, re.M), out
+
+
 def engine_rows(out: str, _: dict[str, Path]) -> None:
     """The engine runs each distinct prefix once: exactly the prefix tree's token count."""
     rows = cells(out, "set ")
@@ -111,11 +123,13 @@ def planted_rows(out: str, _: dict[str, Path]) -> None:
 
 
 def blame_rows(out: str, _: dict[str, Path]) -> None:
-    """Both searches ran, with the 8 parts measured (the group search from 8 changed parts), and the ratios are numbers."""
+    """Both searches ran on the planted case, the 8 parts measured both ways by the exhaustive one, and the
+    ratios are numbers."""
     rows = {row["search"]: row for row in cells(out, "search")}
-    assert set(rows) == {"exhaustive", "groups"} and int(rows["groups"]["groups"]) >= 2, out
+    assert set(rows) == {"exhaustive", "default"} and rows["default"]["ran as"] in {"groups", "cumulative"}, out
     assert int(rows["exhaustive"]["models scored"]) >= 2 * 8, out  # every part both ways
-    assert re.search(r"^group search / exhaustive: token-layers \d+\.\d+, models \d+\.\d+, wall time \d+\.\d+$", out, re.M), out
+    assert float(rows["default"]["scorings"]) > 0, out
+    assert re.search(r"^default / exhaustive: models \d+\.\d+, wall time \d+\.\d+$", out, re.M), out
 
 
 def split_rows(out: str, _: dict[str, Path]) -> None:
@@ -189,17 +203,9 @@ def code_files(out: str, paths: dict[str, Path]) -> None:
     print(f"collect_code: {len(same)} of {len(made)} projects at the shipped version, their files as shipped")
 
 
-def chromium_missing() -> str | None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    import browser
-
-    return "chromium: not installed" if browser.executable() is None else None
-
-
 def distribution_missing() -> str | None:
     from importlib.metadata import PackageNotFoundError, distribution
 
-    sys.path.insert(0, str(BENCHMARKS))
     from collect_code import PROJECTS
 
     missing = []
@@ -234,6 +240,10 @@ SHAPES = [
     pytest.param(Shape("gate_validity.py", ("--backend", "llama.cpp", *TWO_K, "--sets", "facts", "--only",  # the F32 file alone
                                             "--variants", "{variants}", "--results", "{tmp}/results", "--",
                                             "--longctx-data={data}")), marks=LLAMA, id="gate_validity-llama.cpp"),
+    pytest.param(Shape("bench_sequential.py", ("--baseline", "{baseline}", *DATA, "--lengths", "2k", "--limit", "2", "--sets",
+                                               "facts,tool_calls", "--only", "kv-int4", "--real", "kv-int4", "--variants",
+                                               "{variants}", "--results", "{tmp}/results"), sequential_rows),
+                 marks=hf(), id="bench_sequential"),
     pytest.param(Shape("held_out_kl.py", ("--text", "{prose}", "--skip", "64", "--tokens", "256", "--checkpoints", "{tool_made}"),
                        held_out), marks=QUANTIZERS, id="held_out_kl"),
     pytest.param(Shape("kl_topk.py", (*DATA, "--baseline", "{baseline}", *TWO_K, "--sets", "facts", "--ks", "16,32",
@@ -243,12 +253,13 @@ SHAPES = [
                                             "{baseline}", *DATA, *TWO_K, "--sets", "tool_calls", "--out", "{variants}"),
                        planted_rows), marks=hf(), id="planted_blame"),
     pytest.param(Shape("bench_blame.py", ("--baseline", "{baseline}", *DATA, *TWO_K, "--sets", "tool_calls", "--out", "{variants}",
-                                          "--parts", ",".join(f"layer.{k}" for k in (*range(4, 10), 20, 21))), blame_rows),
+                                          "--cases", "planted", "--searches", "exhaustive,default", "--parts",
+                                          ",".join(f"layer.{k}" for k in (*range(4, 10), 20, 21))), blame_rows),
                  marks=hf(), id="bench_blame"),
     pytest.param(Shape("split_invariance.py", (), split_rows), marks=LLAMA, id="split_invariance"),
     pytest.param(Shape("backend_agreement.py", (*DATA, *TWO_K, "--sets", "facts", "--variants", "{variants}"),
                        agreement_rows), marks=LLAMA, id="backend_agreement"),
-    pytest.param(Shape("report_picture.py", ("--tiny", "--out", "{tmp}/report.png"), picture, chromium_missing),
+    pytest.param(Shape("report_picture.py", ("--tiny", "--out", "{tmp}/report.png"), picture, browser.missing),
                  marks=hf("matplotlib", extras="hf,report"), id="report_picture"),
     pytest.param(Shape("extract_wikipedia.py", ("{dump}", "{tmp}/articles.jsonl.gz"), articles), id="extract_wikipedia"),
     pytest.param(Shape("collect_code.py", ("{tmp}/code",), code_files, distribution_missing), id="collect_code"),
@@ -298,19 +309,12 @@ def variants(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     """A tiny random llama with SmolLM2's tokenizer, saved as a transformers folder."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from pytest_longctx.backends.aliases import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_model(tmp_path_factory.mktemp("tiny-llama"), tiny_llama(len(tokenizer)), tokenizer)
 
 
 @pytest.fixture

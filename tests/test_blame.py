@@ -10,8 +10,10 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import needs, needs_smollm2, tiny_qwen3
-from test_blame_gguf import SETTINGS, tensors_of, write_gguf
+from kit.blame import blame
+from kit.gguf import SETTINGS, tensors_of, write_gguf
+from kit.models import PLANTED, cancelling, damaged, save_model, tiny_llama, tiny_qwen3, with_biases
+from kit.needs import needs, needs_smollm2
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.backends.hybrids.gguf import GGUFPair
@@ -20,11 +22,9 @@ from pytest_longctx.backends.hybrids.transformers import Hybrid, StateDictPair, 
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame, blame_pair
+from pytest_longctx.gate.blame import blame_pair
 from pytest_longctx.reports.blame import blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
-
-PLANTED = (1, 3)
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +35,6 @@ def dataset(data_dir):
 @pytest.fixture(scope="module")
 def original(qwen_tokenizer):
     return tiny_qwen3(len(qwen_tokenizer), seed=3, layers=4, init=0.5)  # sure enough to drift when damaged
-
-
-def damaged(model, layers=PLANTED, scale=1.0):
-    """A copy of ``model`` with heavy noise in the given decoder layers only."""
-    noisy = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, tensor in noisy.named_parameters():
-            if any(name.startswith(f"model.layers.{n}.") for n in layers) and tensor.numel() > 1:
-                tensor.add_(torch.randn(tensor.shape, generator=generator) * tensor.std() * scale)
-    return noisy
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +172,15 @@ def test_the_command_blames_saved_checkpoints_and_writes_json(original, candidat
     assert code == 0, shown
     body = json.loads(out.read_text())
     clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
-    assert clean["rank"] == 3 and all(abs(s["restore_far"]) < 1e-9 and s["damage_far"] == 0 for s in clean["shares"].values())
+    # left unchanged by the compression: listed apart, not ranked, its hybrids the candidate and the original
+    assert clean["rank"] is None and clean["unchanged"] and body["parts"][-1] is clean
+    assert all(abs(s["restore_far"]) < 1e-9 and s["damage_far"] == 0 for s in clean["shares"].values())
+    assert [p["rank"] for p in body["parts"][:2]] == [1, 2]
     # the planted attention damage is not among the parts measured: the MLPs alone do not fix it, and blame says so
     assert body["fix_set"]["parts"] == ["layer.1.mlp", "layer.3.mlp"] or body["fix_set"]["parts"] == ["layer.3.mlp", "layer.1.mlp"]
     assert not body["fix_set"]["fixed"] and "lies in parts not measured (--parts)" in body["notes"][0]
     assert "restore: far drift" in shown and "does NOT make every blamed row pass" in shown and "verification" in shown
+    assert "unchanged by the compression, not ranked" in shown and "layer.0.attn" in shown.split("not ranked")[1]
 
 
 def test_texts_beyond_the_context_window_are_blamed_only_when_allowed(qwen_tokenizer, data_dir, tmp_path, capsys):
@@ -216,10 +209,7 @@ def test_a_candidate_that_passes_has_nothing_to_blame(original, data_dir, tmp_pa
 
 
 def test_bad_input_is_one_line(original, qwen_tokenizer):
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    llama = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=64,
-                                                         num_hidden_layers=4, num_attention_heads=4))
+    llama = tiny_llama(1000, layers=4, width=32, kv_heads=4, tied=False)
     cases = [
         (llama, "is a Qwen3ForCausalLM (qwen3), --model b a LlamaForCausalLM (llama): blame takes two checkpoints of one "
                 "architecture"),
@@ -236,38 +226,9 @@ def test_bad_input_is_one_line(original, qwen_tokenizer):
         select_parts(model_parts(original, "layer"), ["layer.1", "layer.9"], "layer")
 
 
-def with_biases(vocab_size: int, seed: int = 3, layers: int = 4):
-    """A tiny qwen3 whose attention projections have biases: a constant written into the residual stream."""
-    from transformers import AutoModelForCausalLM
-
-    config = tiny_qwen3(vocab_size, seed=seed, layers=layers, init=0.5).config
-    config.attention_bias = True
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-
-
-def cancelling(vocab_size: int, seed: int = 3, layers: int = 4):
-    """An original whose residual channels 0 and 1 pass layer 1's MLP and layer 2's attention unread (their
-    norms' weights are 0 there), and a candidate whose layer 1 writes a constant into those channels (the
-    attention's output bias) that layer 2 half takes back: layer 1's damage hurts alone, and restoring
-    layer 2 alone makes it worse (the whole constant then reaches the later layers). Every other layer
-    (3 and on, and 0 where there are more than 4) is nudged by a rounding-sized noise, parts in question too."""
-    original = with_biases(vocab_size, seed, layers)
-    with torch.no_grad():
-        original.model.layers[1].post_attention_layernorm.weight[:2] = 0
-        original.model.layers[2].input_layernorm.weight[:2] = 0
-    written = torch.zeros(original.config.hidden_size)
-    written[0], written[1] = 64.0, -44.8
-    candidate = damaged(original, layers=(3,) if layers == 4 else (0, *range(3, layers)), scale=1e-3)
-    with torch.no_grad():
-        candidate.model.layers[1].self_attn.o_proj.bias.add_(written)
-        candidate.model.layers[2].self_attn.o_proj.bias.add_(-0.5 * written)
-    return original, candidate
-
-
 def row_figures(model, dataset, baseline):
     """The rows' far drift and verdicts of ``model`` itself, scored and judged as the gate does (no hybrid)."""
-    from pytest_longctx.gate.blame import row_states
+    from pytest_longctx.gate.blame.records import row_states
     from pytest_longctx.gate.thresholds import Thresholds
     from pytest_longctx.gate.verdicts import evaluate
     from pytest_longctx.scoring.pipeline import compute_sets
@@ -339,6 +300,16 @@ def test_a_fix_budget_that_is_no_count_of_hybrids_is_refused(budget, capsys):
     assert capsys.readouterr().err.strip() == f"longctx: error: --boundary-every: {problem} (given {layers!r})"
 
 
+def figures(found):
+    """``found``'s results file less what differs between runs that read the same figures: the models scored, the
+    recordings' figures, the seconds measured and the models expected (recorded boundaries add two)."""
+    written = found.to_json()
+    for key in ("hybrids", "reuse", "cost"):
+        written.pop(key)
+    written["estimate"].pop("seconds")
+    return written
+
+
 def forwarded_tokens(model, dataset):
     """The tokens the engine runs through ``model`` to score ``dataset`` once, counted at its forward calls."""
     seen = []
@@ -359,9 +330,7 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
     reused = blame(original, nudged, None, dataset, None, progress=False, reuse=True, reuse_every=every,
                    cache_dir=str(tmp_path))
     assert whole.reuse is None and reused.reuse is not None
-    mine, theirs = whole.to_json(), reused.to_json()
-    for key in ("hybrids", "reuse"):
-        mine.pop(key), theirs.pop(key)
+    mine, theirs = figures(whole), figures(reused)
     assert mine == theirs  # every row state of every part both ways, the fix set's steps and the verification, bit for bit
     # the original's recording stands in for its scoring for the unchanged parts: one more scoring, the candidate's
     assert reused.hybrids == whole.hybrids + 1
@@ -401,7 +370,7 @@ def test_hybrids_started_from_the_recorded_layer_boundaries_read_every_figure_th
 
 def test_the_verification_on_the_blamed_items_reads_the_fix_sets_hybrid_without_scoring_it_again(original, nudged, dataset,
                                                                                                   monkeypatch):
-    import pytest_longctx.gate.blame as module
+    import pytest_longctx.gate.blame.scorer as module
 
     baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
     scored = []  # (name, weights fingerprint) of every model scored
@@ -431,9 +400,7 @@ def test_twelve_changed_layers_read_the_same_from_the_boundaries_at_1_6x_fewer_t
     whole = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False, search="exhaustive")
     # 12 changed parts: reused
     reused = blame(original, candidate, None, dataset, None, progress=False, verify=False, search="exhaustive")
-    mine, theirs = whole.to_json(), reused.to_json()
-    for key in ("hybrids", "reuse"):
-        mine.pop(key), theirs.pop(key)
+    mine, theirs = figures(whole), figures(reused)
     assert mine == theirs and reused.fix_set == ["layer.2", "layer.9"]
     tokens = forwarded_tokens(candidate, dataset)
     today = whole.hybrids * tokens * 12  # every hybrid through every layer
@@ -484,7 +451,7 @@ def test_the_group_search_finds_what_measuring_every_part_finds_at_fewer_hybrids
         mine, theirs = [next(p for p in f.parts if p.part.name == name) for f in (found, every)]
         assert (mine.restore, mine.damage) == (theirs.restore, theirs.damage)
     # the two sides' recordings, the groups, the parts kept measured alone in the direction the search did not, the fix set
-    singles = sum(p.searched == "" and not p.unchanged for p in found.parts)
+    singles = sum(p.searched == "measured" and not p.unchanged for p in found.parts)
     assert found.hybrids == 2 + len(found.groups) + singles + found.fix_hybrids < every.hybrids
     ran = [f.reuse["items"] - f.reuse["skipped"] for f in (found, every)]
     print(f"group search: {found.hybrids} models on the items ({len(found.groups)} groups), {ran[0]} token-layers; "
@@ -494,18 +461,34 @@ def test_the_group_search_finds_what_measuring_every_part_finds_at_fewer_hybrids
     assert f"group search: {len(found.groups)} group hybrids" in text and "cleared in a group" in text
 
 
-def test_the_group_search_tests_the_half_that_runs_fewer_layers_first(qwen_tokenizer, dataset):
-    """One layer damaged high up (10 of 12): each group above layer 0 is split, and the half whose hybrid starts at the
-    higher boundary is tested first; where it does what its group does, the other half is never run."""
+def test_the_group_search_tests_the_half_the_estimate_names_first(qwen_tokenizer, dataset, monkeypatch):
+    """One layer damaged high up (10 of 12): each group above layer 0 is split, and the half with the larger
+    first-order estimate is tested first; where it does what its group does, the other half is never run.
+    Without an estimate, the half whose hybrid starts at the higher boundary (runs fewer layers) goes first."""
+    import pytest_longctx.gate.blame.run as run
+
     original = tiny_qwen3(len(qwen_tokenizer), seed=3, layers=12, init=0.5)
     candidate = damaged(damaged(original, layers=(10,), scale=3.0), layers=tuple(range(12)), scale=0.01)
     found = blame(original, candidate, None, dataset, None, progress=False)
     layers = [layer_numbers(g.parts) for g in found.groups]
-    # the first halves (both); then 9-11 before 6-8 (not run: 9-11 restores what 6-11 does), 11 before 9-10 (11 alone
-    # carries nothing), 10 before 9 (not run)
-    assert layers == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [9, 10, 11], [11], [9, 10], [10]], layers
-    assert [g.carries for g in found.groups] == [False, True, True, False, True, True]
+    # the first halves (both, the one holding layer 10 first); 9-11 before 6-8 (not run: 9-11 restores what 6-11
+    # does), 9-10 before 11 (not run), 10 before 9 (not run)
+    assert layers == [[6, 7, 8, 9, 10, 11], [0, 1, 2, 3, 4, 5], [9, 10, 11], [9, 10], [10]], layers
+    assert [g.carries for g in found.groups] == [True, False, True, True, True]
     assert found.fix_set == ["layer.10"] and found.fixed and found.verification["passed"]
+    # the estimate names layer 10 first (to first order it restores less than it does: 37 % against 100 %)
+    assert max(found.parts, key=lambda p: p.estimate or 0.0).part.name == found.parts[0].part.name == "layer.10"
+
+    def no_estimate(report, *args):
+        report.estimates_why_not = "no estimate, for this test"
+
+    monkeypatch.setattr(run, "estimate", no_estimate)
+    blind = blame(original, candidate, None, dataset, None, progress=False)
+    layers = [layer_numbers(g.parts) for g in blind.groups]
+    # 11 before 9-10 (11 alone carries nothing, so 9-10 is run too): one hybrid more than with the estimate
+    assert layers == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [9, 10, 11], [11], [9, 10], [10]], layers
+    assert [g.carries for g in blind.groups] == [False, True, True, False, True, True]
+    assert blind.fix_set == ["layer.10"] and blind.hybrids == found.hybrids + 1
 
 
 def test_the_group_search_finds_a_pair_whose_halves_cancel(qwen_tokenizer, dataset):
@@ -551,13 +534,15 @@ def test_parts_that_mask_each_other_are_found_by_their_damage(qwen_tokenizer, da
 def test_the_budget_stops_the_search_and_says_what_is_left(qwen_tokenizer, dataset):
     original, candidate = twelve_layers(len(qwen_tokenizer))
     found = blame(original, candidate, None, dataset, None, progress=False, verify=False, reuse=False, budget=4)
-    # the first halves; the first half of each (layers 0-2 do all the damage layers 0-5 do, so 3-5 are not tested)
-    assert found.hybrids == 4 and [g.name for g in found.groups][2:] == ["layer.0..layer.2 (3 parts)", "layer.6..layer.8 (3 parts)"]
-    untested = [p.part.name for p in found.parts if p.searched == "untested"]
+    # the first halves; the half of each with the larger estimate (layers 0-2 do all the damage layers 0-5 do, so 3-5
+    # are not tested; layers 9-11 all that 6-11 do)
+    assert found.hybrids == 4 and [g.name for g in found.groups][2:] == ["layer.0..layer.2 (3 parts)", "layer.9..layer.11 (3 parts)"]
+    in_order = sorted((p for p in found.parts if not p.unchanged), key=lambda p: layer_numbers([p.part.name]))
+    untested = [p.part.name for p in in_order if p.searched == "untested"]
     assert untested == [f"layer.{k}" for k in (0, 1, 2, 9, 10, 11)]  # a group that carried, and the half not tested
-    assert [p.part.name for p in found.parts if p.searched == "cleared"] == [f"layer.{k}" for k in range(3, 9)]
+    assert [p.part.name for p in in_order if p.searched == "cleared"] == [f"layer.{k}" for k in range(3, 9)]
     assert not found.fix_set and not found.fixed
-    assert found.notes[0] == (f"the budget of 4 hybrids (--budget) ended before 6 changed part(s) were measured: "
+    assert found.notes[0] == (f"the budget of 4 models (--budget) ended before 6 changed part(s) were measured: "
                               f"{', '.join(untested)}; they are in neither the ranking's figures nor the fix set")
     assert found.notes[1] == ("no part measured restores or causes any of the far drift: the damage lies in parts the budget "
                               "left unmeasured (--budget) or in how the parts interact")
@@ -579,48 +564,51 @@ def test_a_part_the_first_round_clears_is_found_again_from_the_fix_sets_hybrid(q
     again = [g for g in found.groups if g.second]
     # the second round restores its groups with layer 2 restored: each that holds layer 4 takes away nearly all that is left
     assert again and all(g.carries and g.shares[0] > 0.9 for g in again if "layer.4" in g.parts)
-    assert {p.part.name for p in found.parts if not p.searched and not p.unchanged} == {"layer.2", "layer.4"}
+    assert {p.part.name for p in found.parts if p.searched == "measured" and not p.unchanged} == {"layer.2", "layer.4"}
     assert found.fix_set == ["layer.2", "layer.4"] and found.fixed and found.verification["passed"]
     assert "second round, with the fix set restored: restore layer.4" in blame_text(found)
 
 
 def test_a_budget_that_ends_within_a_part_shows_what_it_measured_and_nothing_more(original, candidate, dataset):
-    """Two changed parts measured one by one, and a budget of one hybrid: layer 1 restored is all there is. Its
-    figures are that hybrid's; layer 3 has none; the fix set holds what was measured, and the notes say the same."""
+    """Two changed parts measured one by one, in the order of their estimates, and a budget of one hybrid: the
+    first restored is all there is. Its figures are that hybrid's; the other has none; the fix set holds what was
+    measured, and the notes say the same."""
     from pytest_longctx.reports.blame import row_tables
 
     baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
     found = blame(original, candidate, None, dataset, baseline, progress=False, verify=False, budget=1)
     [row] = found.rows
-    by_name = {p.part.name: p for p in found.parts}
-    first, second = by_name["layer.1"], by_name["layer.3"]
-    assert found.search == "exhaustive" and found.hybrids == 1
-    # the one hybrid: the candidate with layer 1 taken back by hand, scored and judged as the gate does
-    restored = row_figures(taken(candidate, original, [1]), dataset, baseline)[row]
+    first, second = sorted((p for p in found.parts if not p.unchanged), key=lambda p: -p.estimate)
+    assert found.search == "exhaustive" and found.hybrids == 1 and {first.name, second.name} == {"layer.1", "layer.3"}
+    # the one hybrid: the candidate with the first part taken back by hand, scored and judged as the gate does
+    restored = row_figures(taken(candidate, original, layer_numbers([first.name])), dataset, baseline)[row]
     assert first.restore[row] == restored and not first.damage and not second.restore and not second.damage
     before = found.candidate[row]
     cells = {line[1]: line for line in row_tables(found)[0].body}
     share = f"{(before.far - restored.far) / before.far:.0%}"
     excess = ("n/a" if before.excess is None or before.excess <= 0 or restored.excess is None
               else f"{(before.excess - restored.excess) / before.excess:.0%}")
-    assert cells["layer.1"][2:7] + cells["layer.1"][8:] == [f"{before.far:.3f} -> {restored.far:.3f}", share, excess, "-", "-",
-                                                            "damage not measured (budget)"]
-    assert cells["layer.3"][2:7] + cells["layer.3"][8:] == [f"{before.far:.3f} -> -", "-", "-", "-", "-", "not measured (budget)"]
-    # what was measured is what the fix set holds: layer 1's own hybrid, which is what the row reads with it
-    assert found.fix_set == ["layer.1"] and found.fix_steps == [first.restore] and found.fixed == restored.passed
+    # the cells: restore's far drift, share, estimate, excess share, damage's far drift, share, params, remark
+    assert cells[first.name][2:8] + cells[first.name][9:] == [
+        f"{before.far:.3f} -> {restored.far:.3f}", share, f"{first.estimate:.0%}", excess, "-", "-",
+        "damage not measured (budget)"]
+    assert cells[second.name][2:8] + cells[second.name][9:] == [
+        f"{before.far:.3f} -> -", "-", f"{second.estimate:.0%}", "-", "-", "-", "not measured (budget)"]
+    # what was measured is what the fix set holds: the first part's own hybrid, which is what the row reads with it
+    assert found.fix_set == [first.name] and found.fix_steps == [first.restore] and found.fixed == restored.passed
     assert found.notes[:2] == [
-        "the budget of 1 hybrids (--budget) ended before 1 changed part(s) were measured: layer.3; they are in neither the "
-        "ranking's figures nor the fix set",
-        "the budget of 1 hybrids (--budget) ended before layer.1 was measured damaging the original: the table shows its "
+        f"the budget of 1 models (--budget) ended before 1 changed part(s) were measured: {second.name}; they are in "
+        "neither the ranking's figures nor the fix set",
+        f"the budget of 1 models (--budget) ended before {first.name} was measured both ways: the table shows its "
         "figures restored in the candidate alone, no damage share"]
     if not restored.passed:
         assert found.notes[2:] == ["with every part that restores or causes any far drift kept (1 of 1 measured), a blamed "
                                    "row still fails: the rest of the damage lies in parts the budget left unmeasured "
                                    "(--budget) or in how the parts interact"]
-    # no part the table calls not measured shows a share or is in the fix set
+    # no part the table calls not measured shows a measured share or is in the fix set
     for name, line in cells.items():
-        if line[8] == "not measured (budget)":
-            assert line[3:7] == ["-"] * 4 and name not in found.fix_set, name
+        if line[9] == "not measured (budget)":
+            assert [line[3], *line[5:8]] == ["-"] * 4 and name not in found.fix_set, name
 
 
 def swapped(tokenizer):
@@ -645,9 +633,7 @@ def test_a_tokenizer_that_differs_is_named_by_the_flag_that_gave_it(bpe_tokenize
     folders = {}
     for name, model, tokenizer in (("original", original, bpe_tokenizer), ("candidate", damaged(original), bpe_tokenizer),
                                    ("retokenized", damaged(original), other)):
-        folders[name] = tmp_path / name
-        model.save_pretrained(folders[name])
-        tokenizer.save_pretrained(folders[name])
+        folders[name] = save_model(tmp_path / name, model, tokenizer)
     dataset = load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1)
     for name, tokenizer in (("baseline", bpe_tokenizer), ("other-baseline", other)):
         scores = score_sets(TransformersBackend(original, name=str(folders["original"])), tokenizer, dataset, progress=False)

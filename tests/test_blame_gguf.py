@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs, needs_smollm2
+from kit.gguf import FFN, HIDDEN, LAYERS, MATRICES, PLANTED, SETTINGS, pins, tensors_of, write_gguf
+from kit.needs import needs, needs_smollm2
 
 from pytest_longctx.backends.hybrids import gguf as gguf_hybrids
 from pytest_longctx.backends.hybrids.gguf import GGUFFile, GGUFPair, gguf_parts, write_hybrid
@@ -32,105 +33,21 @@ from pytest_longctx.backends.llama_cpp.settings import Settings
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import Blame, RowState, blame_pair
+from pytest_longctx.gate.blame import BlameReport, RowState, blame_pair
 from pytest_longctx.reports.blame import RECIPES, blame_html, blame_markdown, blame_text
 from pytest_longctx.scoring.pipeline import score_items, score_sets
 
 pytestmark = [needs("llama_cpp", "gguf", install="pip install 'pytest-longctx[llama]'"), needs_smollm2]
 
-HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 4
-PLANTED = (1, 3)
-MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
-SETTINGS = Settings(threads=2)
 
-
-def tensors_of(vocab: int, ffn: int = FFN, head: bool = True) -> dict[str, np.ndarray]:
-    """A tiny llama's tensors in numpy order ([out, in]), random with a fixed seed."""
-    rng = np.random.default_rng(5)
-    kv = HIDDEN // HEADS * KV_HEADS
-    shapes = {"token_embd.weight": (vocab, HIDDEN)}
-    for n in range(LAYERS):
-        shapes |= {f"blk.{n}.attn_norm.weight": (HIDDEN,), f"blk.{n}.attn_q.weight": (HIDDEN, HIDDEN),
-                   f"blk.{n}.attn_k.weight": (kv, HIDDEN), f"blk.{n}.attn_v.weight": (kv, HIDDEN),
-                   f"blk.{n}.attn_output.weight": (HIDDEN, HIDDEN), f"blk.{n}.ffn_norm.weight": (HIDDEN,),
-                   f"blk.{n}.ffn_gate.weight": (ffn, HIDDEN), f"blk.{n}.ffn_up.weight": (ffn, HIDDEN),
-                   f"blk.{n}.ffn_down.weight": (HIDDEN, ffn)}
-    shapes["output_norm.weight"] = (HIDDEN,)
-    if head:
-        shapes["output.weight"] = (vocab, HIDDEN)
-    return {name: (1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1 else 0.5 * rng.standard_normal(shape))
-            .astype(np.float32) for name, shape in shapes.items()}
-
-
-def write_gguf(path, tensors: dict[str, np.ndarray], quantized: set[str] = frozenset(), architecture: str = "llama"):
-    """A llama GGUF of ``tensors`` with SmolLM2's tokenizer; ``quantized`` stored as Q8_0 (and
-    the file type then Q8_0, else F32)."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
-    from gguf.quants import quantize
-
-    from pytest_longctx.backends.aliases import smollm2_gguf
-
-    writer = GGUFWriter(path, architecture)
-    vocab = len(tensors["token_embd.weight"])
-    writer.add_context_length(8192)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(len(tensors["blk.0.ffn_up.weight"]))
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
-    writer.add_vocab_size(vocab)
-    writer.add_file_type(LlamaFileType.MOSTLY_Q8_0 if quantized else LlamaFileType.ALL_F32)
-    for name, field in GGUFReader(smollm2_gguf()).fields.items():
-        if name.startswith("tokenizer."):
-            kind = field.types[0]
-            writer.add_key_value(name, field.contents(), kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
-    for name, values in tensors.items():
-        if name in quantized:
-            writer.add_tensor(name, quantize(values, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, values)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-@pytest.fixture(scope="module")
-def vocab():
-    from pytest_longctx.backends.aliases import smollm2_gguf
-
-    return len(LlamaCppBackend.load(smollm2_gguf()).tokenizer)
-
-
-def planted_pair(folder: Path, vocab: int) -> tuple[Path, Path]:
-    """The original (F32) and the candidate: planted layers with noise (a third of each tensor's spread: enough to
-    fail, not so much that one planted layer alone ruins the model and restoring the other changes nothing) and stored
-    as Q8_0."""
-    clean = tensors_of(vocab)
-    damaged = dict(clean)
-    rng = np.random.default_rng(7)
-    planted = [f"blk.{n}.{m}.weight" for n in PLANTED for m in MATRICES]
-    for name in planted:  # in a fixed order: a set's order of strings changes with each process's hash seed
-        damaged[name] = (clean[name] + rng.standard_normal(clean[name].shape) * clean[name].std() / 3).astype(np.float32)
-    return write_gguf(folder / "original.gguf", clean), write_gguf(folder / "candidate.gguf", damaged, set(planted))
-
-
-@pytest.fixture(scope="module")
-def files(vocab, tmp_path_factory):
-    return planted_pair(tmp_path_factory.mktemp("gguf"), vocab)
-
-
-def test_the_planted_pair_is_the_same_bytes_in_every_process(files, vocab, tmp_path):
+def test_the_planted_pair_is_the_same_bytes_in_every_process(planted_gguf, gguf_vocab, tmp_path):
     """What made blame's figures on these files vary from one process to the next (docs/backends.md)."""
-    made = [files]
+    made = [planted_gguf]
     for seed in ("1", "2"):  # another hash seed, as another process has
         folder = tmp_path / seed
         folder.mkdir()
-        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from test_blame_gguf import planted_pair; "
-                        "planted_pair(Path(sys.argv[1]), int(sys.argv[2]))", str(folder), str(vocab)], check=True,
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from kit.gguf import planted_pair; "
+                        "planted_pair(Path(sys.argv[1]), int(sys.argv[2]))", str(folder), str(gguf_vocab)], check=True,
                        env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(map(str, (
                            Path(__file__).parent, Path(__file__).parents[1])))})
         made.append((folder / "original.gguf", folder / "candidate.gguf"))
@@ -140,8 +57,8 @@ def test_the_planted_pair_is_the_same_bytes_in_every_process(files, vocab, tmp_p
 
 
 @pytest.fixture(scope="module")
-def pair(files):
-    return GGUFPair(str(files[0]), str(files[1]), (SETTINGS, SETTINGS), names=("original.gguf", "candidate.gguf"))
+def pair(planted_gguf):
+    return GGUFPair(str(planted_gguf[0]), str(planted_gguf[1]), (SETTINGS, SETTINGS), names=("original.gguf", "candidate.gguf"))
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +71,8 @@ def reads(backend, dataset):
     return {(c, n, i): (s.targets, s.controls, s.drift) for c, n, i, s in scores.items()}
 
 
-def test_the_parts_are_named_as_the_transformers_side_names_them(files):
-    names = list(GGUFFile(files[0], "--reference", "o").tensors)
+def test_the_parts_are_named_as_the_transformers_side_names_them(planted_gguf):
+    names = list(GGUFFile(planted_gguf[0], "--reference", "o").tensors)
     for granularity in ("layer", "block", "tensor"):
         assert sorted(n for p in gguf_parts(names, granularity) for n in p.parameters) == sorted(names)
     assert [p.name for p in gguf_parts(names, "layer")] == ["embed", "layer.0", "layer.1", "layer.2", "layer.3", "final",
@@ -167,8 +84,8 @@ def test_the_parts_are_named_as_the_transformers_side_names_them(files):
     assert block["final"] == ("output_norm.weight",) and block["embed"] == ("token_embd.weight",)
 
 
-def test_a_hybrid_holds_the_source_s_raw_blocks_and_the_base_s_metadata(files, tmp_path):
-    original, candidate = (GGUFFile(f, "--model", "x") for f in files)
+def test_a_hybrid_holds_the_source_s_raw_blocks_and_the_base_s_metadata(planted_gguf, tmp_path):
+    original, candidate = (GGUFFile(f, "--model", "x") for f in planted_gguf)
     taken = {"blk.1.attn_q.weight", "blk.1.attn_norm.weight"}
     write_hybrid(candidate, original, taken, tmp_path / "hybrid.gguf")
     hybrid = GGUFFile(tmp_path / "hybrid.gguf", "--model", "hybrid")
@@ -181,9 +98,9 @@ def test_a_hybrid_holds_the_source_s_raw_blocks_and_the_base_s_metadata(files, t
     assert fields == {n: f.contents() for n, f in candidate.reader.fields.items() if not n.startswith("GGUF.")}
 
 
-def test_every_part_taken_back_is_the_original_and_none_the_candidate(pair, files, dataset):
-    mine = reads(LlamaCppBackend.load(str(files[0]), SETTINGS), dataset)
-    theirs = reads(LlamaCppBackend.load(str(files[1]), SETTINGS), dataset)
+def test_every_part_taken_back_is_the_original_and_none_the_candidate(pair, planted_gguf, dataset):
+    mine = reads(LlamaCppBackend.load(str(planted_gguf[0]), SETTINGS), dataset)
+    theirs = reads(LlamaCppBackend.load(str(planted_gguf[1]), SETTINGS), dataset)
     assert mine != theirs
     for granularity in ("layer", "block"):
         every = pair.parts(granularity)
@@ -196,15 +113,7 @@ def test_every_part_taken_back_is_the_original_and_none_the_candidate(pair, file
             assert reads(backend, dataset) == expected
 
 
-def pins(kept: list[str]) -> list[str]:
-    """The recipe's pins for the ``files`` pair with the layers ``kept``: the candidate holds each matrix kind at two
-    types (the planted layers Q8_0, the rest F32), so the layers not kept are pinned at theirs, F32 first."""
-    others = [n for n in range(LAYERS) if f"layer.{n}" not in kept]
-    return [f"  --tensor-type '{tensor_pattern([f'blk.{n}.{m}.weight' for n in others if (n in PLANTED) == hard])}="
-            f"{'q8_0' if hard else 'f32'}' \\" for m in MATRICES for hard in (False, True) if any((n in PLANTED) == hard for n in others)]
-
-
-def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, files, dataset):
+def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, planted_gguf, dataset):
     found = blame_pair(pair, dataset, None, progress=False)
     assert not found.passed and found.rows
     planted = [f"layer.{n}" for n in PLANTED]
@@ -230,9 +139,9 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     stems = "|".join(MATRICES)
     assert found.recipe == ["llama-quantize \\", *(f"  --tensor-type '^blk\\.{n}\\.({stems})\\.weight$=f32' \\"
                                                     for n in (int(name[-1]) for name in found.fix_set)),
-                            *pins(found.fix_set), f"  {files[0]} fixed.gguf Q8_0"]  # the file, not its name here
+                            *pins(found.fix_set), f"  {planted_gguf[0]} fixed.gguf Q8_0"]  # the file, not its name here
     pattern = found.recipe[1].split("'")[1].rsplit("=", 1)[0]
-    every = list(GGUFFile(files[0], "--model", "x").tensors)
+    every = list(GGUFFile(planted_gguf[0], "--model", "x").tensors)
     layer = found.fix_set[0][-1]
     assert [n for n in every if re.search(pattern, n)] == [f"blk.{layer}.{m}.weight" for m in MATRICES]
 
@@ -242,10 +151,10 @@ def test_planted_damage_is_ranked_first_is_the_fix_set_and_its_recipe(pair, file
     # a mix: the quantizer gives attn_v and ffn_down more bits in layers 0 and 2 of 4, counting as it goes;
     # keeping layer 1 would move the extra bits to layer 3 unless the recipe pins those tensors
     ("Q4_K_M", "layer", ["layer.1"], 4)])
-def test_longctx_quantize_makes_from_the_original_what_the_recipe_says(files, tmp_path, file_type, granularity, kept_parts,
+def test_longctx_quantize_makes_from_the_original_what_the_recipe_says(planted_gguf, tmp_path, file_type, granularity, kept_parts,
                                                                        pinned):
-    quantize(files[0], tmp_path / "candidate.gguf", file_type, 2)  # the original as llama.cpp's quantizer makes it
-    pair = GGUFPair(str(files[0]), str(tmp_path / "candidate.gguf"), (SETTINGS, SETTINGS), names=(str(files[0]), "c.gguf"))
+    quantize(planted_gguf[0], tmp_path / "candidate.gguf", file_type, 2)  # the original as llama.cpp's quantizer makes it
+    pair = GGUFPair(str(planted_gguf[0]), str(tmp_path / "candidate.gguf"), (SETTINGS, SETTINGS), names=(str(planted_gguf[0]), "c.gguf"))
     candidate = GGUFFile(tmp_path / "candidate.gguf", "--model", "c")
     assert (len({candidate.type_of(f"blk.{n}.attn_v.weight") for n in range(LAYERS)}) > 1) == (pinned > 0)
     kept = select_parts(pair.parts(granularity), kept_parts, granularity)
@@ -258,7 +167,7 @@ def test_longctx_quantize_makes_from_the_original_what_the_recipe_says(files, tm
     (tmp_path / "blame.json").write_text(json.dumps({"fix_set": {"recipe": recipe}}))  # as longctx blame --out writes it
     assert main(["gguf-fix-set", "--fixed-by", str(tmp_path / "blame.json"), "--out", str(tmp_path / "fixed.gguf"),
                  "--threads", "2"]) == 0
-    original = GGUFFile(files[0], "--reference", "o")
+    original = GGUFFile(planted_gguf[0], "--reference", "o")
     write_hybrid(candidate, original, {n for p in kept for n in p.parameters}, tmp_path / "hybrid.gguf")
     fixed, hybrid = (GGUFFile(tmp_path / f, "--model", f) for f in ("fixed.gguf", "hybrid.gguf"))
     assert list(fixed.tensors) == list(hybrid.tensors)
@@ -278,52 +187,52 @@ def test_a_tensor_pattern_matches_exactly_its_names():
     assert not any(re.search(tensor_pattern(names), n) for n in others)
 
 
-def test_a_quantized_kv_cache_is_one_more_part(files, dataset):
+def test_a_quantized_kv_cache_is_one_more_part(planted_gguf, dataset):
     quantized = Settings(threads=2, cache_type_k="q8_0")
-    pair = GGUFPair(str(files[0]), str(files[0]), (SETTINGS, quantized), names=("original.gguf", "same.gguf"))
+    pair = GGUFPair(str(planted_gguf[0]), str(planted_gguf[0]), (SETTINGS, quantized), names=("original.gguf", "same.gguf"))
     assert [p.name for p in pair.parts("layer")][-2:] == ["lm_head", "kv_cache"]
     kv = pair.parts("layer")[-1:]
     assert pair.cost(kv).parameters == 0
     assert not pair.unchanged(kv[0]) and all(pair.unchanged(p) for p in pair.parts("layer")[:-1])
-    plain = reads(LlamaCppBackend.load(str(files[0]), SETTINGS), dataset)
-    rounded = reads(LlamaCppBackend.load(str(files[0]), quantized), dataset)
+    plain = reads(LlamaCppBackend.load(str(planted_gguf[0]), SETTINGS), dataset)
+    rounded = reads(LlamaCppBackend.load(str(planted_gguf[0]), quantized), dataset)
     assert plain != rounded
     for base, taken, expected in ((CANDIDATE, kv, plain), (CANDIDATE, [], rounded), (ORIGINAL, kv, rounded), (ORIGINAL, [], plain)):
         with pair.hybrid(base, taken, "kv") as backend:
             assert reads(backend, dataset) == expected
     assert pair.recipe(kv)[-1] == "# run fixed.gguf with the original's KV cache: --cache-type-k f16 --cache-type-v f16"
-    assert [p.name for p in GGUFPair(str(files[0]), str(files[0]), (SETTINGS, SETTINGS)).parts("layer")][-1] == "lm_head"
+    assert [p.name for p in GGUFPair(str(planted_gguf[0]), str(planted_gguf[0]), (SETTINGS, SETTINGS)).parts("layer")][-1] == "lm_head"
 
 
-def test_bad_input_is_one_line(files, vocab, tmp_path):
+def test_bad_input_is_one_line(planted_gguf, gguf_vocab, tmp_path):
     cases = [
-        (write_gguf(tmp_path / "qwen.gguf", tensors_of(vocab), architecture="qwen2"),
+        (write_gguf(tmp_path / "qwen.gguf", tensors_of(gguf_vocab), architecture="qwen2"),
          "--reference o.gguf is a GGUF of a llama model, --model b.gguf of a qwen2 one: blame takes two GGUF files of one model"),
-        (write_gguf(tmp_path / "tied.gguf", tensors_of(vocab, head=False)),
+        (write_gguf(tmp_path / "tied.gguf", tensors_of(gguf_vocab, head=False)),
          "their tensor names do not match (1 differ; output.weight is only in --reference): blame takes two GGUF files"),
-        (write_gguf(tmp_path / "wide.gguf", tensors_of(vocab, ffn=2 * FFN)),
+        (write_gguf(tmp_path / "wide.gguf", tensors_of(gguf_vocab, ffn=2 * FFN)),
          "blk.0.ffn_gate.weight is [64, 128] in one and [64, 256] in the other: blame takes two GGUF files of one shape"),
     ]
     for other, message in cases:
         with pytest.raises(LongctxError) as raised:
-            GGUFPair(str(files[0]), str(other), (SETTINGS, SETTINGS), names=("o.gguf", "b.gguf"))
+            GGUFPair(str(planted_gguf[0]), str(other), (SETTINGS, SETTINGS), names=("o.gguf", "b.gguf"))
         assert message in str(raised.value) and "\n" not in str(raised.value)
-    names = list(GGUFFile(files[0], "--model", "x").tensors)
+    names = list(GGUFFile(planted_gguf[0], "--model", "x").tensors)
     with pytest.raises(LongctxError, match=r"^--parts layer\.9: no such part at --granularity layer; the parts are "
                                            r"embed, layer\.0, layer\.1, layer\.2, layer\.3, final, lm_head$"):
         select_parts(gguf_parts(names, "layer"), ["layer.1", "layer.9"], "layer")
     with pytest.raises(LongctxError, match=r"^--model nothing\.gguf: no such \.gguf file$"):
-        GGUFPair(str(files[0]), "nothing.gguf", (SETTINGS, SETTINGS))
-def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(files, pair, data_dir, tmp_path, capsys,
+        GGUFPair(str(planted_gguf[0]), "nothing.gguf", (SETTINGS, SETTINGS))
+def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(planted_gguf, pair, data_dir, tmp_path, capsys,
                                                                              monkeypatch):
     written: list[Path] = []
     monkeypatch.setattr(gguf_hybrids, "write_hybrid", lambda *args: written.append(args[-1]) or write_hybrid(*args))
-    original = LlamaCppBackend.load(str(files[0]), SETTINGS)
+    original = LlamaCppBackend.load(str(planted_gguf[0]), SETTINGS)
     baseline = score_sets(original, original.tokenizer, load_dataset(str(data_dir), sets=["tool_calls"], lengths=["2k"], limit=1),
                           progress=False)
     baseline.as_baseline().save(tmp_path / "baseline.json.gz")
     out = tmp_path / "blame.json"
-    code = main(["blame", "--backend", "llama.cpp", "--reference", str(files[0]), "--model", str(files[1]), "--baseline",
+    code = main(["blame", "--backend", "llama.cpp", "--reference", str(planted_gguf[0]), "--model", str(planted_gguf[1]), "--baseline",
                  str(tmp_path / "baseline.json.gz"), "--data", str(data_dir), "--sets", "tool_calls", "--lengths", "2k",
                  "--limit", "1", "--granularity", "block", "--parts", "layer.0.attn,layer.1.mlp,layer.3.attn",
                  "--backend-option", "threads=2", "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet"])
@@ -333,20 +242,23 @@ def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(fi
     assert list((tmp_path / "work").iterdir()) == []  # and each removed once read
     body = json.loads(out.read_text())
     clean = next(p for p in body["parts"] if p["part"] == "layer.0.attn")
-    # the same blocks in both files: not scored, the candidate's and the original's own figures (exactly 0), ranked
-    # after layer 1's MLP, which restores 69 % of the far drift, and before layer 3's attention, which alone, with
-    # layer 1's heavy damage left, makes it 2 % worse; with layer 1's MLP kept it helps (far drift 0.62 -> 0.52), so
-    # the fix set search keeps both, and says the rest lies elsewhere (layer 1's attention is not measured)
+    # the same blocks in both files: not scored, the candidate's and the original's own figures (exactly 0), not
+    # ranked but listed after the changed parts: layer 1's MLP, which restores 69 % of the far drift, and layer 3's
+    # attention, which alone, with layer 1's heavy damage left, makes it 2 % worse; with layer 1's MLP kept it helps
+    # (far drift 0.62 -> 0.52), so the fix set search keeps both, and says the rest lies elsewhere (layer 1's
+    # attention is not measured). llama.cpp runs forward only: no estimate, and the report says why
     assert clean["unchanged"] and all(s["restore_far"] == 0 and s["damage_far"] == 0 for s in clean["shares"].values())
-    assert [p["part"] for p in body["parts"]] == ["layer.1.mlp", "layer.0.attn", "layer.3.attn"]
-    assert body["parts"][0]["score"] > 0 > body["parts"][2]["score"]
+    assert [p["part"] for p in body["parts"]] == ["layer.1.mlp", "layer.3.attn", "layer.0.attn"]
+    assert [p["rank"] for p in body["parts"]] == [1, 2, None]
+    assert body["parts"][0]["score"] > 0 > body["parts"][1]["score"]
+    assert "llama.cpp" in body["estimate"]["why_not"] and all(p["estimate"] is None for p in body["parts"])
     assert body["fix_set"]["parts"] == ["layer.1.mlp", "layer.3.attn"] and not body["fix_set"]["fixed"]
     [row] = body["rows"]
     first, both = (step[row]["far"] for step in body["fix_set"]["steps"])
     assert first == body["parts"][0]["restore"][row]["far"] and both < first
     assert "lies in parts not measured (--parts)" in body["notes"][0]
     recipe = body["fix_set"]["recipe"]
-    assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {files[0]} fixed.gguf Q8_0"
+    assert recipe[0] == "llama-quantize \\" and recipe[-1] == f"  {planted_gguf[0]} fixed.gguf Q8_0"
     assert "\n".join(["the fix set, made from the original by llama.cpp's quantizer:", *recipe]) in shown
 
 
@@ -357,12 +269,12 @@ def quantizer_words(block: str) -> list[str]:
     return ran.stdout.splitlines()
 
 
-def test_the_printed_recipe_is_one_shell_command_in_every_report(files):
+def test_the_printed_recipe_is_one_shell_command_in_every_report(planted_gguf):
     quantized = Settings(threads=2, cache_type_k="q8_0")
-    pair = GGUFPair(str(files[0]), str(files[1]), (SETTINGS, quantized), names=("the-original", "candidate.gguf"))
+    pair = GGUFPair(str(planted_gguf[0]), str(planted_gguf[1]), (SETTINGS, quantized), names=("the-original", "candidate.gguf"))
     kept = select_parts(pair.parts("layer"), ["layer.1", "kv_cache"], "layer")
     before = RowState(0.1, 0.05, 0.05, passed=False)
-    found = Blame("the-original", "candidate.gguf", "layer", passed=False, rows=["r"], candidate={"r": before},
+    found = BlameReport("the-original", "candidate.gguf", "layer", passed=False, rows=["r"], candidate={"r": before},
                   fix_set=["layer.1", "kv_cache"], fix_steps=[{"r": replace(before, far=0.01, passed=True)}], fixed=True,
                   fix_cost=pair.cost(kept), recipe=pair.recipe(kept), recipe_tool=pair.recipe_tool)
     blocks = {"terminal": blame_text(found).split(RECIPES["llama.cpp"][0] + "\n", 1)[1],
@@ -371,7 +283,7 @@ def test_the_printed_recipe_is_one_shell_command_in_every_report(files):
     stems = "|".join(MATRICES)
     overrides = [rf"^blk\.1\.({stems})\.weight$=f32", *(line.split("'")[1] for line in pins(["layer.1"]))]
     # the original's file, not the name it was given (an alias is no file to llama-quantize)
-    expected = [*(w for o in overrides for w in ("--tensor-type", o)), str(files[0]), "fixed.gguf", "Q8_0"]
+    expected = [*(w for o in overrides for w in ("--tensor-type", o)), str(planted_gguf[0]), "fixed.gguf", "Q8_0"]
     for where, block in blocks.items():
         assert quantizer_words(block) == expected, where
         assert block.splitlines()[-1] == ("# run fixed.gguf with the original's KV cache: --cache-type-k f16 "
@@ -416,11 +328,11 @@ with pair.hybrid(CANDIDATE, pair.parts("layer")[2:3], "hybrid") as backend:
 """
 
 
-def test_hybrids_are_written_in_the_work_folder_which_sigterm_leaves_empty(files, tmp_path):
+def test_hybrids_are_written_in_the_work_folder_which_sigterm_leaves_empty(planted_gguf, tmp_path):
     work = tmp_path / "work"
     script = tmp_path / "reading.py"
     script.write_text(textwrap.dedent(SIGTERM_WHILE_READING))
-    reader = subprocess.Popen([sys.executable, str(script), str(files[0]), str(files[1]), str(work)], stdout=subprocess.PIPE,
+    reader = subprocess.Popen([sys.executable, str(script), str(planted_gguf[0]), str(planted_gguf[1]), str(work)], stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     written = Path(reader.stdout.readline().strip())
     assert written.parent.parent == work and written.name == "hybrid.gguf"
@@ -429,7 +341,7 @@ def test_hybrids_are_written_in_the_work_folder_which_sigterm_leaves_empty(files
     assert list(work.iterdir()) == []
 
 
-def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
+def test_bad_fix_set_input_is_one_line(planted_gguf, tmp_path, capsys):
     def refused(*args: str) -> str:
         assert main(["gguf-fix-set", *args]) == 2
         message = capsys.readouterr().err
@@ -445,8 +357,8 @@ def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
     assert refused("--fixed-by", str(tmp_path / "blame.json")) == (
         f"--fixed-by {tmp_path / 'blame.json'}: its original elsewhere/original.gguf is not a file here; run where blame ran, "
         "or give the original GGUF file with --original FILE")
-    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--original", str(files[0]), "--out", str(files[0])) == (
-        f"--out {files[0]}: it is the file of --original {files[0]}, which writing it would overwrite; give --out a path of "
+    assert refused("--fixed-by", str(tmp_path / "blame.json"), "--original", str(planted_gguf[0]), "--out", str(planted_gguf[0])) == (
+        f"--out {planted_gguf[0]}: it is the file of --original {planted_gguf[0]}, which writing it would overwrite; give --out a path of "
         "its own")
     (tmp_path / "prose.json").write_text(json.dumps({"fix_set": {"recipe": ["and run it with the original's cache"]}}))
     assert refused("--fixed-by", str(tmp_path / "prose.json")).startswith(
@@ -455,9 +367,9 @@ def test_bad_fix_set_input_is_one_line(files, tmp_path, capsys):
     assert refused("--fixed-by", str(tmp_path / "missing.json")).startswith(f"--fixed-by {tmp_path / 'missing.json'}: no such file")
 
 
-def test_a_work_folder_that_cannot_be_written_is_one_line(files, data_dir, tmp_path, capsys):
+def test_a_work_folder_that_cannot_be_written_is_one_line(planted_gguf, data_dir, tmp_path, capsys):
     (tmp_path / "taken").write_text("a file")
-    assert main(["blame", "--backend", "llama.cpp", "--reference", str(files[0]), "--model", str(files[1]), "--data",
+    assert main(["blame", "--backend", "llama.cpp", "--reference", str(planted_gguf[0]), "--model", str(planted_gguf[1]), "--data",
                  str(data_dir), "--sets", "tool_calls", "--lengths", "2k", "--limit", "1", "--work-dir",
                  str(tmp_path / "taken"), "--quiet"]) == 2
     assert capsys.readouterr().err == (f"longctx: error: --work-dir {tmp_path / 'taken'}: cannot be written (it is a file, not "

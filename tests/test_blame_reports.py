@@ -10,12 +10,12 @@ from html.parser import HTMLParser
 
 import pytest
 import torch
-from conftest import needs, tiny_qwen3
-from test_blame import damaged
+from kit.blame import blame
+from kit.models import damaged, tiny_qwen3
+from kit.needs import needs
 
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.gate.blame import blame
 from pytest_longctx.reports import plots
 from pytest_longctx.reports.blame import HEADERS, beside_drift, blame_html, blame_markdown, blame_sections, blame_text
 from pytest_longctx.reports.format import markdown_text as cell
@@ -34,21 +34,23 @@ def found(models, data_dir):
 
 
 def expected_cells(found, models, row: str) -> list[list[str]]:
-    """The ranked table of ``row``, computed from the row states and the models' own parameters."""
+    """The ranked table of ``row``, computed from the row states and the models' own parameters: the parts the
+    compression changed, in their rank; the unchanged ones are listed apart."""
     original, candidate = models
     before = found.candidate[row]
     cells = []
-    for rank, entry in enumerate(found.parts, 1):
+    changed = [e for e in found.parts
+               if not all(torch.equal(original.get_parameter(n), candidate.get_parameter(n)) for n in e.part.parameters)]
+    for rank, entry in enumerate(changed, 1):
         after, hurt = entry.restore[row], entry.damage[row]
         restored = (before.far - after.far) / before.far
         excess = "n/a" if not before.excess or before.excess < 0 else f"{(before.excess - after.excess) / before.excess:.0%}"
         caused = hurt.far / before.far
         count = sum(original.get_parameter(name).numel() for name in entry.part.parameters)
         shown = f"{count / 1e6:.2f}M" if count >= 1e6 else f"{count:,}"
-        same = all(torch.equal(original.get_parameter(n), candidate.get_parameter(n)) for n in entry.part.parameters)
-        mark = "unchanged" if same else "differ" if abs(restored - caused) > 0.25 else ""
-        cells.append([str(rank), entry.part.name, f"{before.far:.3f} -> {after.far:.3f}", f"{restored:.0%}", excess,
-                      f"{hurt.far:.3f}", f"{caused:.0%}", shown, mark])
+        mark = "differ" if abs(restored - caused) > 0.25 else ""
+        cells.append([str(rank), entry.part.name, f"{before.far:.3f} -> {after.far:.3f}", f"{restored:.0%}",
+                      f"{entry.estimate:.0%}", excess, f"{hurt.far:.3f}", f"{caused:.0%}", shown, mark])
     return cells
 
 
@@ -124,7 +126,7 @@ def test_the_html_bars_are_the_shares_and_its_tables_the_figures(found, models):
     text = blame_html(found)
     check_tables(found, models, Page(text).tables)
     drawn = bars(text)
-    shares = {f"{direction}-0-{p.part.name}": share(p, found.rows[0]) for p in found.parts
+    shares = {f"{direction}-0-{p.part.name}": share(p, found.rows[0]) for p in found.ranked
               for direction, share in (("restore", found.restore_share), ("damage", found.damage_share))}
     assert set(drawn) == set(shares)
     # every bar starts at the zero line; its length over its share is one scale for all of them
@@ -153,8 +155,12 @@ def test_the_command_writes_markdown_and_html(models, data_dir, tmp_path, capsys
     assert code == 0, captured.err
     assert f"blame report written to {markdown}" in captured.err and f"blame report written to {html}" in captured.err
     table = [line for line in markdown.read_text().splitlines() if line.startswith("| ")]
-    assert [line.split(" | ")[1] for line in table[2:]] == ["layer.1", "layer.2"]  # ranked: the planted layer first
-    assert [cells[1] for cells in Page(html.read_text()).tables[0][1:]] == ["layer.1", "layer.2"]
+    # ranked: the planted layer alone; layer 2, which the compression left as it was, is listed apart
+    assert [line.split(" | ")[1] for line in table[2:]] == ["layer.1"]
+    assert [cells[1] for cells in Page(html.read_text()).tables[0][1:]] == ["layer.1"]
+    for text in (markdown.read_text(), html.read_text()):
+        assert "unchanged by the compression, not ranked (restoring one is the candidate, damaging with it the original): " \
+               "layer.2" in text
 
 
 def test_in_the_gates_report_blame_sits_after_the_drift_section(found):

@@ -2,23 +2,15 @@
 is said to, and the study's check says MISSED when blame names other parts."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-from conftest import needs
+from kit.models import tiny_llama
+from kit.needs import needs
 
 pytestmark = needs("torch", "transformers", install='pip install -e ".[hf]"')
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 
-def tiny_llama():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=22,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-    return LlamaForCausalLM(config).eval()
+def planted_llama():
+    """A tiny llama deep enough for the layers the study damages (7, 12, 21), its LM head tied to the embeddings."""
+    return tiny_llama(64, layers=22, heads=2, kv_heads=1, context=2048)
 
 
 def weights(model) -> dict:
@@ -32,7 +24,7 @@ def test_int2_sits_in_layers_7_and_21_and_int8_everywhere_else():
     from planted_blame import PLANTED
     from variants import rounded
 
-    model = tiny_llama()
+    model = planted_llama()
     before = weights(model)
     PLANTED[0].damage(model)
     after = weights(model)
@@ -52,7 +44,7 @@ def test_the_attention_variant_changes_layer_12s_attention_projections_only():
     from planted_blame import ATTENTION, PLANTED
     from variants import rounded
 
-    model = tiny_llama()
+    model = planted_llama()
     before = weights(model)
     PLANTED[1].damage(model)
     after = weights(model)

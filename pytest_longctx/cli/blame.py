@@ -1,16 +1,18 @@
 """``longctx blame --reference ORIGINAL --model CANDIDATE``: which parts of the candidate make
-the gate fail, and which to keep from the original (gate/blame.py, docs/blame.md)."""
+the gate fail, and which to keep from the original (gate/blame/, docs/blame.md)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from typing import Any
 
 from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.blame import blame_pair
+from pytest_longctx.gate.blame import BlameReport, blame_pair
 from pytest_longctx.gate.verdicts import dataset_keys
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import BLAME
@@ -36,11 +38,29 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     thresholds.check_patterns(dataset_keys(dataset))  # a pattern naming nothing is refused before any model is loaded
     baseline = load_scores(args.baseline, "baseline") if args.baseline else None
-    found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity, parts=args.parts,
-                       rows=args.rows, progress=not args.quiet, beyond_context=args.allow_beyond_context,
-                       cache_dir=args.cache_dir, fix_budget=args.fix_budget,
-                       reuse=False if args.boundary_every == 0 else None, reuse_every=args.boundary_every or 1,
-                       search=args.search, budget=args.budget)
+    latest: list[BlameReport] = []
+
+    def hand_on(report: BlameReport) -> None:  # after each model scored: a run stopped early keeps what it measured
+        latest[:] = [report]
+        if args.out:
+            write_json(args.out, report.to_json())
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a CI job's timeout: as Ctrl-C, the report written first
+    try:
+        found = blame_pair(pair_of(args), dataset, baseline, thresholds=thresholds, granularity=args.granularity,
+                           parts=args.parts, rows=args.rows, progress=not args.quiet, beyond_context=args.allow_beyond_context,
+                           cache_dir=args.cache_dir, fix_budget=args.fix_budget,
+                           reuse=False if args.boundary_every == 0 else None, reuse_every=args.boundary_every or 1,
+                           search=args.search, budget=args.budget, report_to=hand_on)
+    except KeyboardInterrupt:
+        if not latest:
+            raise
+        print(blame_text(latest[0]))
+        if args.out:
+            print(f"longctx: the partial blame is in {args.out}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(blame_text(found))
     if args.out:
         write_json(args.out, found.to_json())
@@ -50,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
             write_text_atomically(path, render(found))
             print(f"longctx: blame report written to {path}", file=sys.stderr)
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pair_of(args: argparse.Namespace) -> Pair:

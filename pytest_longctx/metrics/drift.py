@@ -30,10 +30,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pytest_longctx.data.records import FAR_TOKENS, FactItem, FaithfulnessItem, Item, RuleItem, ToolItem
 from pytest_longctx.metrics.raw import Record, ratio, values
+from pytest_longctx.numbers import REST_FLOOR
 
 TOP_K = 16  # most likely tokens a baseline keeps per read
 GROUPS = ("far", "near", "control")
-REST_FLOOR = 1e-12  # q_r is clamped here: a candidate sure of the baseline's ids leaves no rest
 
 
 # ------------------------------------------------------------------ the block's arrays

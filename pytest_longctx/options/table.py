@@ -41,10 +41,13 @@ GRANULARITIES = ("layer", "block", "tensor")  # blame's parts
 SEARCHES = ("groups", "exhaustive")  # blame's searches
 PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
 FIX_BUDGET = 32  # the hybrids blame's fix set search may score by default (its steps and the pruning after)
+BUDGET = 40  # the models blame scores on the blamed items by default: the dense case's search ends well within it
 GROUPS_FROM = 8  # changed parts from which blame's group search measures fewer hybrids than every part both ways
 CARRY = 0.05  # a group that moves some blamed row's far drift by this share of it or more, either way, is split
 COMPRESSORS = ("identity", "last_tokens", "last_messages", "message_relevance", "sentence_relevance", "selective_context")
 MIN_EFFECT = 1.0  # rules: the reference's rule effect a target needs to be counted, in nats (the card's)
+SEQUENTIAL_MODES = ("exact", "confident", "off")  # how much is read: until each verdict is settled, or everything
+SEQUENTIAL_ALPHA = 0.05  # the level of confident's tests where --longctx-alpha is not given
 
 # the metrics a --threshold PATTERN:METRIC=VALUE sets, and what each bounds
 METRICS = {
@@ -163,7 +166,24 @@ OPTIONS: tuple[Option, ...] = (
         "[baselines.md](baselines.md#making-a-baseline))"),
     Option("reference_scores", "the reference model's saved scores: the rules effects are measured against it", PATH,
            takes=(SCORE,), also=("--reference-scores",)),
-    Option("only", "run only the gate's tests (deselect the others collected)"),
+    Option("only", "run only the gate's tests (the repository's own test modules are not imported)"),
+    Option("sequential", "how much is read: exact (items one at a time until no outcome of the unread ones can change a "
+           "row's or cell's verdict), confident (until an anytime-valid test at --longctx-alpha settles it), off (every "
+           "item); default: exact, off for --longctx-update-baseline", choice(*SEQUENTIAL_MODES), ini=True,
+           doc="how much of the selection is read ([metrics.md](metrics.md#sequential-reading)): `exact` reads items "
+               "one at a time, in a fixed order, until no outcome of the unread ones can change any selected row's or "
+               "cell's verdict (the verdicts are those of `off`); `confident` until an anytime-valid test at "
+               f"`--longctx-alpha` ({SEQUENTIAL_ALPHA:g} when not given) shows each check within or beyond its "
+               "threshold, reporting `not settled` where the selection runs out first; `off` reads every selected item. "
+               "Default: `exact`; a baseline update (`--longctx-update-baseline`) reads every item, and refuses another mode"),
+    Option("sequential", "with --reference_scores: stop reading once the gate's checks, at their default thresholds, are "
+           "settled (exact: no outcome of the unread items changes a verdict; confident: an anytime-valid test at alpha "
+           f"{SEQUENTIAL_ALPHA:g}); off: every item; not with --save_scores", choice(*SEQUENTIAL_MODES), "off",
+           takes=(SCORE,),
+           doc="with `--reference_scores`: read items one at a time and stop once the gate's checks (at their default "
+               "thresholds) are settled, `exact` or `confident` ([metrics.md](metrics.md#sequential-reading)); the "
+               "results JSON keeps the stopping record; a file saved with `--save_scores` must hold every item, so "
+               "that takes `off` only"),
     Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)",
            takes=LOADING, doc="score texts longer than the model's context window (`max_position_embeddings`, or the GGUF's "
                "context length; a model with RoPE scaling configured has no limit here). Without it such a run "
@@ -247,14 +267,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("rows", "only these failing rows, ';'-separated, as the gate names them", ROWS, takes=(BLAME,)),
     Option("search", f"groups (with {GROUPS_FROM} changed parts or more): restore halves of the changed parts, then halves "
            f"of the halves that move the far drift by {CARRY:.0%} or more, down to single parts, and measure those alone "
-           "both ways; exhaustive: every changed part both ways", choice(*SEARCHES), "groups", takes=(BLAME,),
+           "both ways; where the first halves and the first-order estimate show the damage spread over most parts, "
+           "keep parts by their estimate until the rows pass instead; exhaustive: every changed part both ways",
+           choice(*SEARCHES), "groups", takes=(BLAME,),
            doc=f"which parts are measured alone: `groups` (from {GROUPS_FROM} changed parts) tests halves of the "
-               f"changed parts and splits only those that move the far drift by {CARRY:.0%} or more; "
+               f"changed parts and splits only those that move the far drift by {CARRY:.0%} or more, and turns to a "
+               "cumulative search where the damage is spread ([blame.md](blame.md#spread-damage)); "
                f"`exhaustive` measures every changed part both ways ([blame.md](blame.md#the-search))"),
     Option("budget", "the most models scored on the blamed items in all (groups, parts, fix set); where it ends, the "
-           "report says what was left unmeasured (default: no end)", COUNT, takes=(BLAME,),
+           "report says what was left unmeasured; raise it for a longer search", COUNT, BUDGET, takes=(BLAME,),
            doc="the most models scored on the blamed items in all (groups, parts, fix set; the verification "
-               "runs beyond it); the report names the parts it left untested; default: no end"),
+               "runs beyond it); blame's first line says how many it expects; the report names the parts it left "
+               "untested ([blame.md](blame.md#cost))"),
     Option("fix-budget", "the hybrids the fix set search may score after the parts' own: each step tries the leading "
            "parts with the ones kept so far", COUNT, FIX_BUDGET, takes=(BLAME,),
            doc="the hybrids the fix set search may score beyond the parts' own; where it runs out, the report "

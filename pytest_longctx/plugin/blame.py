@@ -23,7 +23,7 @@ from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError, without_credentials
-from pytest_longctx.gate.blame import Blame, blame_pair, choose_rows
+from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, dataset_keys
@@ -159,7 +159,7 @@ class BlameAfterGate:
         for failure in failures:
             terminalreporter.write_line(visible(failure))
 
-    def blame(self, rows: list[str]) -> Blame:
+    def blame(self, rows: list[str]) -> BlameReport:
         """Blame ``rows`` on the items of their configs and lengths, with this run's thresholds."""
         options = self.run.options
         return blame_pair(self.pair(), self.items(rows), self.run.baseline, thresholds=options.thresholds, rows=rows,
@@ -172,7 +172,7 @@ class BlameAfterGate:
         return load_models(options.backend, self.original()[0], str(options.model), options.dtype, options.device,
                            options.backend_options, trust_remote_code=options.trust_remote_code)
 
-    def add_to_html(self, found: Blame) -> list[str]:
+    def add_to_html(self, found: BlameReport) -> list[str]:
         """The blame's chart and tables in the gate's HTML report (``--longctx-html``), after its drift section."""
         path = self.run.options.html
         if not path:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
@@ -91,6 +91,47 @@ class Pair(Protocol):
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),
         in the tools' own terms (none where there is no such tool)."""
+
+
+@dataclass(frozen=True)
+class WeightedRead:
+    """A read whose drift counts in blame's objective: the prediction of the token at ``position`` (logits at
+    ``position - 1``) against the baseline's most likely ``ids`` there and their ``logprobs``, with the
+    ``weight`` its KL_K has in the objective (the gate's: a blamed row's far drift, as a share of the
+    candidate's)."""
+
+    position: int
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    weight: float
+
+
+@dataclass(frozen=True)
+class SequenceReads:
+    """One token sequence and the weighted reads in it."""
+
+    ids: tuple[int, ...]
+    reads: tuple[WeightedRead, ...]
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """First-order estimates of what restoring each part alone does to blame's objective (``by_part``: the
+    estimated mean restore share), or why there are none (``why_not``)."""
+
+    by_part: dict[str, float]
+    why_not: str = ""
+
+
+@runtime_checkable
+class EstimatesRestores(Protocol):
+    """A pair that can estimate, from one forward and backward pass of the candidate, what restoring each
+    part alone would do: the gradient of the objective (the weighted KL_K of ``sequences``' reads) with
+    respect to the candidate's weights, times the original's weights minus the candidate's, summed over the
+    part's tensors. Costs about three scorings of the reads, for every part at once."""
+
+    def restore_estimates(self, sequences: Sequence[SequenceReads], parts: Sequence[Part]) -> Estimates:
+        """The estimate of every part of ``parts``, or why none can be made (a tensor with no gradient)."""
 
 
 def part_name(granularity: str, tensor: str, where: str | tuple[int, str]) -> str:

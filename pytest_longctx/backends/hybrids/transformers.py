@@ -26,11 +26,14 @@ from pytest_longctx.backends.hf.fingerprint import weights_fingerprint
 from pytest_longctx.backends.hf.kv_caches import checkpoint_scales
 from pytest_longctx.backends.hf.loaded_quantization import model_parameters, quantization_config, recipe_file, rounds_activations
 from pytest_longctx.backends.hybrids.boundaries import Boundaries, reusable
+from pytest_longctx.backends.hybrids.first_order import first_order
 from pytest_longctx.backends.hybrids.pair import (
     CANDIDATE,
     ORIGINAL,
     Cost,
+    Estimates,
     Part,
+    SequenceReads,
     check_granularity,
     check_tensors,
     grouped,
@@ -311,6 +314,11 @@ class StateDictPair:
 
     def non_finite(self, side: str) -> dict[str, str]:
         return non_finite(self.models[side])
+
+    def restore_estimates(self, sequences: Sequence[SequenceReads], parts: Sequence[Part]) -> Estimates:
+        """First-order estimates of each part's restore (backends/hybrids/first_order.py), through the
+        candidate de-quantized; the models are not changed."""
+        return first_order(self.models[ORIGINAL], self.models[CANDIDATE], sequences, parts)
 
     def changed(self) -> set[str]:
         """The candidate's tensors that are not the original's: other values or dtype, or in a layer swapped whole;
