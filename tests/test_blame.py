@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from kit.blame import blame
+from kit.blame import blame, row_figures
 from kit.gguf import SETTINGS, tensors_of, write_gguf
 from kit.models import PLANTED, cancelling, damaged, save_model, tiny_llama, tiny_qwen3, with_biases
 from kit.needs import needs, needs_smollm2
@@ -224,20 +224,6 @@ def test_bad_input_is_one_line(original, qwen_tokenizer):
     with pytest.raises(LongctxError, match=r"^--parts layer\.9: no such part at --granularity layer; the parts are "
                                            r"embed, layer\.0, layer\.1, layer\.2, layer\.3, final, lm_head$"):
         select_parts(model_parts(original, "layer"), ["layer.1", "layer.9"], "layer")
-
-
-def row_figures(model, dataset, baseline):
-    """The rows' far drift and verdicts of ``model`` itself, scored and judged as the gate does (no hybrid)."""
-    from pytest_longctx.gate.blame.records import row_states
-    from pytest_longctx.gate.thresholds import Thresholds
-    from pytest_longctx.gate.verdicts import evaluate
-    from pytest_longctx.scoring.pipeline import compute_sets
-
-    scores = score_items(TransformersBackend(model), None, dataset, "ids", progress=False, reference=baseline)
-    thresholds = Thresholds()
-    evaluation = evaluate(compute_sets(dataset, scores, baseline, thresholds.min_effect),
-                          compute_sets(dataset, baseline, None, thresholds.min_effect), thresholds)
-    return row_states(evaluation, list(evaluation.drift))
 
 
 def test_the_fix_set_is_searched_and_finds_a_pair_whose_halves_cancel(qwen_tokenizer, dataset):

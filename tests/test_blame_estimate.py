@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kit.blame import blame
+from kit.blame import blame, row_figures
 from kit.models import damaged, save_model, tiny_qwen3
 
 from pytest_longctx.backends.hf import TransformersBackend
@@ -26,12 +26,9 @@ from pytest_longctx.backends.hybrids.pair import SequenceReads, WeightedRead
 from pytest_longctx.backends.hybrids.transformers import model_parts
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.gate.blame.cumulative import steps_for
-from pytest_longctx.gate.blame.records import row_states
 from pytest_longctx.gate.blame.scorer import Pace
-from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.metrics.drift import kl_k
-from pytest_longctx.scoring.pipeline import compute_sets, score_items, score_sets
+from pytest_longctx.scoring.pipeline import score_sets
 
 
 @pytest.fixture(scope="module")
@@ -87,15 +84,6 @@ def test_the_estimate_is_the_objectives_slope_towards_the_original(qwen_tokenize
     assert found.by_part["layer.1"] != found.by_part["layer.3"]
 
 
-def hand_made_states(model, dataset, baseline):
-    """The blamed rows' states of ``model``, scored and judged as the gate does."""
-    scores = score_items(TransformersBackend(model), None, dataset, "ids", progress=False, reference=baseline)
-    thresholds = Thresholds()
-    evaluation = evaluate(compute_sets(dataset, scores, baseline, thresholds.min_effect),
-                          compute_sets(dataset, baseline, None, thresholds.min_effect), thresholds)
-    return row_states(evaluation, list(evaluation.drift))
-
-
 def test_where_restores_add_the_estimate_ranks_the_parts_as_they_measure(qwen_tokenizer, dataset):
     """Heavy damage in layer 1, light in layer 3: measured both ways by the exhaustive search, the estimate
     orders the two as their measured restores do, and both are positive."""
@@ -147,7 +135,7 @@ def test_spread_damage_turns_the_search_cumulative_and_its_keep_set_passes_when_
         restored = copy.deepcopy(candidate)
         for n in kept:
             restored.model.layers[n].load_state_dict(original.model.layers[n].state_dict())
-        assert all(s.passed for s in hand_made_states(restored, dataset, baseline).values())
+        assert all(s.passed for s in row_figures(restored, dataset, baseline).values())
         assert found.verification["passed"]
     else:  # none short of every layer passes: the note says that the whole model must be compressed more lightly
         assert any("no keep set short of all 11" in note for note in found.notes), found.notes

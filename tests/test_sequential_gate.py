@@ -8,6 +8,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from kit.runs import with_and_without_xdist
 
 from pytest_longctx.gate.sequential import replay
 
@@ -76,11 +77,7 @@ def test_the_stopping_record_replays_and_confident_says_what_it_could_not_settle
 
 def test_xdist_gives_the_same_reading(pytester, gate_models, data_dir, gate_baseline):
     found = {}
-    for workers in ("0", "2"):
-        junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={gate_models['degraded']}",
-            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}", f"--longctx-out={out}")
+    for workers, (result, junit, out) in with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline).items():
         assert result.ret == 1
         results = json.loads(out.read_text())
         found[workers] = (outcomes(junit), results["sequential"], [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]])

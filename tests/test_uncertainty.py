@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from kit.needs import needs
-from kit.runs import gate_summary
+from kit.runs import gate_summary, with_and_without_xdist
 
 from pytest_longctx.gate import uncertainty
 from pytest_longctx.gate.thresholds import Thresholds
@@ -197,13 +197,9 @@ def test_alpha_is_a_plugin_and_compare_option():
 @needs("xdist", install='pip install -e ".[test]"')
 def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester, gate_models, data_dir, gate_baseline):
     runs = {}
-    for workers in ("0", "2"):
-        junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={gate_models['degraded']}",
-            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}", "--longctx-alpha=0.05",
-            "--longctx-min-effect=0.3", f"--longctx-out={out}",
-        )
+    ran = with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline, "--longctx-alpha=0.05",
+                                 "--longctx-min-effect=0.3")
+    for workers, (result, junit, _) in ran.items():
         suite = ET.parse(junit).getroot().find("testsuite")
         properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
         summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
