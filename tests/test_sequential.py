@@ -18,14 +18,13 @@ from pytest_longctx.gate.sequential import (
     MEAN,
     OPEN,
     SHARE,
-    Bettor,
     Check,
     Reading,
-    lower_bounds,
     reading_order,
     replay,
 )
 from pytest_longctx.gate.verdicts import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED
+from pytest_longctx.metrics.confidence_sequence import Bettor, lower_bounds
 
 ROUNDING = 1e-12
 NA = "n/a"

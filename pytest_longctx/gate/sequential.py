@@ -58,6 +58,7 @@ from pytest_longctx.gate.verdicts import (
     cell_metrics,
     cells,
 )
+from pytest_longctx.metrics.confidence_sequence import Bettor
 from pytest_longctx.metrics.drift import Block, places
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import RowSource, headline, row_specs
@@ -70,8 +71,6 @@ SHARE, MEAN, OPEN = "share", "mean", "open"  # what a check's value is over its 
 # 1 up to float32 rounding, so no read goes below -1e-4 nats. A read item that does breaks the bound, and its
 # check is read through.
 KL_FLOOR = -1e-4
-BET_CAP = 0.5  # c: a bet risks at most this share of the wealth (Waudby-Smith and Ramdas' c = 1/2)
-PRIOR_MEAN, PRIOR_VARIANCE = 0.5, 0.25  # of the bets' plug-in estimates, in the margin's [0, 1] units (theirs)
 
 Figure = tuple[float, float]  # one item's (numerator, denominator) of a check: hits / scored, KL sum / reads
 
@@ -216,37 +215,6 @@ def margin_range(check: Check) -> tuple[float, float]:
     return -check.threshold * most, (1.0 - check.threshold) * most
 
 
-@dataclass
-class Bettor:
-    """One capital process of the betting confidence sequence (Waudby-Smith and Ramdas 2024): its wealth
-    ``prod(1 + lambda_i (w_i - m))`` bets that the mean of ``w >= 0`` is above ``m``, with the predictable
-    plug-in bet ``lambda_t = min(sqrt(2 log(1/alpha) / (var_{t-1} t log(1 + t))), c / m)``. While the mean is
-    at most ``m`` it is a non-negative supermartingale from 1, so it reaches 1/alpha with probability at most
-    alpha (Ville)."""
-
-    m: float
-    alpha: float
-    wealth: float = 1.0
-    seen: list[float] = field(default_factory=list)
-    squares: float = 0.0  # sum of (w_i - mean_i)^2, mean_i the plug-in mean after w_i
-
-    def bet(self) -> float:
-        t = len(self.seen) + 1
-        variance = (PRIOR_VARIANCE + self.squares) / t
-        plug_in = math.sqrt(2 * math.log(1 / self.alpha) / (variance * t * math.log(1 + t)))
-        return min(plug_in, BET_CAP / self.m)
-
-    def add(self, w: float) -> None:
-        self.wealth *= 1.0 + self.bet() * (w - self.m)
-        self.seen.append(w)
-        mean = (PRIOR_MEAN + sum(self.seen)) / (len(self.seen) + 1)
-        self.squares += (w - mean) ** 2
-
-    @property
-    def rejects(self) -> bool:
-        return self.wealth >= 1 / self.alpha
-
-
 def bettors(check: Check, alpha: float) -> tuple[Bettor | None, Bettor | None, Callable[[float], tuple[float, float]]]:
     """(the bettor whose win shows a PASS, the one whose win shows a FAIL, margin -> what each bets on): the margin
     in [0, 1] units where both ends are known (its null at the mean 0); drift's, without an upper end, in units of
@@ -261,24 +229,6 @@ def bettors(check: Check, alpha: float) -> tuple[Bettor | None, Bettor | None, C
     null = -low / (high - low)
     return (Bettor(null, alpha), Bettor(1.0 - null, alpha),
             lambda x: ((x - low) / (high - low), (high - x) / (high - low)))
-
-
-def lower_bounds(ws: Sequence[float], alpha: float, upper: float = 1.0, steps: int = 60) -> list[float]:
-    """The running one-sided ``1 - alpha`` lower confidence sequence of the mean of ``ws`` (each in [0, upper]):
-    after each, the largest m whose bettor's wealth has reached 1/alpha (its wealth falls as m grows; the bets of
-    every m share their plug-in part). Its coverage is what the decisions rest on."""
-    found, best = [], 0.0
-    for t in range(1, len(ws) + 1):
-        lo, hi = 0.0, upper
-        for _ in range(steps):
-            mid = (lo + hi) / 2
-            bettor = Bettor(mid, alpha)
-            for w in ws[:t]:
-                bettor.add(w)
-            lo, hi = (mid, hi) if bettor.rejects else (lo, mid)
-        best = max(best, lo)
-        found.append(best)
-    return found
 
 
 # ------------------------------------------------------------------ one unit's reading
