@@ -27,7 +27,7 @@ from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, dataset_keys
-from pytest_longctx.options.table import PAIR_BACKENDS, THRESHOLD_FIELDS
+from pytest_longctx.options.table import BUDGET, PAIR_BACKENDS, THRESHOLD_FIELDS
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
 from pytest_longctx.reports.finish import append, step_summary
@@ -127,6 +127,13 @@ class BlameAfterGate:
         why = self.original()[1]
         return [f"{why}: put the original (uncompressed) model in --reference"] if why else []
 
+    def cost(self, rows: list[str]) -> str:
+        """What the printed command costs at most, before it is run: the default budget, in models scored on the
+        blamed rows' items (blame's own first line says how many it expects, and their time)."""
+        items = len(list(self.items(rows).items()))
+        return (f"it scores at most {BUDGET} models (--budget) on these rows' {items} item{'' if items == 1 else 's'}, each "
+                "at most about the time this run took to read them; its first line says how many it expects and how long")
+
     @pytest.hookimpl(trylast=True)  # after the gate's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.finished() is None or self.run.baseline is None:
@@ -139,10 +146,12 @@ class BlameAfterGate:
             return
         command, notes = self.command(rows), self.notes()
         terminalreporter.write_line(visible(f"longctx: which parts of the model these rows' far drift comes from: {command}"))
+        terminalreporter.write_line(f"longctx:   {self.cost(rows)}")
         for note in notes:
             terminalreporter.write_line(visible(f"longctx:   ({note})"))
         failures: list[str] = []  # the reports blame could not be added to
-        markdown = ["", "### Which parts to blame", "", markdown_code(command), *(f"- {cell(note)}" for note in notes)]
+        markdown = ["", "### Which parts to blame", "", markdown_code(command), f"- {cell(self.cost(rows))}",
+                    *(f"- {cell(note)}" for note in notes)]
         if self.run_it:
             terminalreporter.section("longctx blame")
             try:
