@@ -12,7 +12,7 @@ builds two candidates of SmolLM2-135M and blames each against the committed base
 
 Each case is scored once as the candidate alone (``score_sets`` on the selection: the naive
 cost a blame run is measured against), then blamed with each search in turn: ``exhaustive``
-(every changed part restored and damaging), ``groups, no switch`` (the group search with the
+(every changed part restored and damaging), ``groups-no-switch`` (the group search with the
 spread-damage check turned off: halves first, split where they move the far drift, as before
 the cumulative search existed) and ``default`` (what ``longctx blame`` does: the first-order
 estimate, the first split, and the cumulative search where the damage is spread). Per search it
@@ -39,15 +39,15 @@ from pytest_longctx.reports.format import table
 from variants import build as build_variant
 
 CASES = ("planted", "dense")
-SEARCHES = ("exhaustive", "groups, no switch", "default")
+SEARCHES = ("exhaustive", "groups-no-switch", "default")
 
 
 @contextlib.contextmanager
 def no_spread_switch(search: str) -> Iterator[None]:
-    """For ``groups, no switch``: the run's spread check answers 'concentrated', so the group search goes on."""
+    """For ``groups-no-switch``: the run's spread check answers 'concentrated', so the group search goes on."""
     from pytest_longctx.gate.blame import run as blame_run
 
-    if search != "groups, no switch":
+    if search != "groups-no-switch":
         yield
         return
     kept = blame_run.spread
