@@ -135,6 +135,7 @@ def main() -> int:
                       "PASS" if f["verified"] else "FAIL" if f["fix_set"] else "-",
                       "-" if f["rho"] is None else f"{f['rho']:.2f} over {f['rho_over']}"]
                      for f in found.values()]))
+        print()
         if "exhaustive" in found and "default" in found:
             every, default = found["exhaustive"], found["default"]
             print(f"default / exhaustive: models {default['hybrids'] / every['hybrids']:.3f}, "

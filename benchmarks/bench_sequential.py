@@ -249,7 +249,7 @@ def main() -> None:
     print(f"baseline {args.baseline}; sets {args.sets}; lengths {args.lengths}{said}; confident at alpha {args.alpha:g}")
     print(table(["candidate", "off", "off items", "off tokens", "off s", "exact", "exact items", "exact tokens", "exact s",
                  "confident", "confident items", "confident tokens", "confident s", "not settled"], body))
-    print("per row: off / exact / confident (@ items read of the row's checks when settled)")
+    print("\nper row: off / exact / confident (@ items read of the row's checks when settled)")
     names = list(found)
     print(table(["row", *names], [[key, *(cells.get(n, "") for n in names)] for key, cells in rows_by_test.items()]))
     if args.out:
