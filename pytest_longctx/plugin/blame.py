@@ -144,13 +144,13 @@ class BlameAfterGate:
                 why = "no failing row has drift figures" if self.evaluation().failing_rows() else "the gate passes"
                 terminalreporter.write_line(f"longctx blame: {why}: nothing to blame")
             return
-        command, notes = self.command(rows), self.notes()
+        command, notes, cost = self.command(rows), self.notes(), self.cost(rows)
         terminalreporter.write_line(visible(f"longctx: which parts of the model these rows' far drift comes from: {command}"))
-        terminalreporter.write_line(f"longctx:   {self.cost(rows)}")
+        terminalreporter.write_line(f"longctx:   {cost}")
         for note in notes:
             terminalreporter.write_line(visible(f"longctx:   ({note})"))
         failures: list[str] = []  # the reports blame could not be added to
-        markdown = ["", "### Which parts to blame", "", markdown_code(command), f"- {cell(self.cost(rows))}",
+        markdown = ["", "### Which parts to blame", "", markdown_code(command), f"- {cell(cost)}",
                     *(f"- {cell(note)}" for note in notes)]
         if self.run_it:
             terminalreporter.section("longctx blame")

@@ -2,4 +2,4 @@
 between them. parts.py: what blame asks of a backend (``Pair``) and how parts are named;
 transformers.py: hybrids of two transformers checkpoints, made in place; gguf.py: hybrids of two
 GGUF files, written for llama.cpp; pairs.py: the pair each backend loads. The search and the
-shares are the gate's (gate/blame.py)."""
+shares are the gate's (gate/blame/)."""

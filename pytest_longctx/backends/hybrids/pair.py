@@ -1,4 +1,4 @@
-"""What ``longctx blame`` asks of a backend (gate/blame.py), whatever its models are: the parts of
+"""What ``longctx blame`` asks of a backend (gate/blame/), whatever its models are: the parts of
 two models of one architecture, and the hybrids between them, which restore (the candidate with
 some parts taken back from the original) or damage (the original with some parts taken from the
 candidate).
