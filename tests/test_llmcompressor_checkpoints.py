@@ -318,6 +318,25 @@ def test_under_vllm_the_kv_cache_scheme_is_said_rounded_only_with_a_float8_cache
     assert f"; float8 KV cache per tensor, {said}" in VllmBackend.quantization(served)
 
 
+def test_under_vllm_int8_activations_in_float32_on_an_amx_cpu_are_refused_before_the_engine_starts(made):
+    """vLLM's CPU build runs int8 W8A8 layers with its AMX kernel where the CPU has AMX tiles, and that kernel takes
+    bfloat16 or float16 activations only: in float32 the engine started, then died at the first read (seen in CI on
+    such a CPU). The refusal names the model and what to do, and only where that kernel would run: int8 activations,
+    float32, AMX; not float8 activations, weight-only schemes, bfloat16 or a CPU without AMX."""
+    from pytest_longctx.backends.vllm.in_process import amx_int8_refusal
+
+    def refused(kind: str, dtype: str = "float32", amx: bool = True) -> str | None:
+        stored = json.loads((made / kind / "config.json").read_text())["quantization_config"]
+        return amx_int8_refusal(str(made / kind), stored, dtype, amx)
+
+    for kind in ("w8a8", "w8a8-smoothquant", "w8a8-kv-fp8"):
+        said = refused(kind)
+        assert said is not None and str(made / kind) in said and "bfloat16" in said and "AMX" in said
+    assert refused("w8a8", amx=False) is None and refused("w8a8", dtype="bfloat16") is None
+    assert all(refused(kind) is None for kind in ("w4a16", "w8a16", "fp8-dynamic", "w4a16-gptq"))
+    assert amx_int8_refusal("plain", {}, "float32", True) is None
+
+
 def test_a_kv_cache_scheme_the_backend_cannot_run_is_one_line(made, tmp_path):
     """A dynamic KV cache scheme, or one whose scales the weights do not hold, stops the load with one line
     naming the scheme or the missing tensor and what to do; kv-cache=fp8 on top of the checkpoint's own

@@ -3,6 +3,7 @@ arguments the user passes (tensor parallel, dtype, quantization, KV cache dtype 
 through sessions whose queries vLLM batches and serves from its prefix cache."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +37,40 @@ def checkpoint_digest(model: str, revision: str | None) -> str:
     return folder_digest(folder)
 
 
+def stored_quantization(model: str) -> Mapping[str, Any]:
+    """The ``quantization_config`` in the config beside ``model``'s weights; empty where there is none."""
+    config = beside_weights(model, "config.json")
+    try:
+        stored = json.loads(config.read_text()).get("quantization_config") if config else None
+    except (OSError, ValueError):  # vLLM says what is wrong with a config it cannot read
+        return {}
+    return stored if isinstance(stored, Mapping) else {}
+
+
+def amx_int8_refusal(model: str, quantization: Mapping[str, Any], dtype: str, amx: bool) -> str | None:
+    """Why vLLM's CPU build cannot read ``model`` in ``dtype``, or None. On a CPU with AMX tiles,
+    vLLM (0.32) runs the int8 W8A8 layers of a compressed-tensors checkpoint with its AMX kernel,
+    which takes bfloat16 or float16 activations only: in float32 its engine starts, then stops at
+    the first read ('int8_scaled_mm_with_quant: expect A to be bfloat16 or half')."""
+    if not amx or dtype not in ("float32", "float") or quantization.get("quant_method") != "compressed-tensors":
+        return None
+    groups = (quantization.get("config_groups") or {}).values()
+    if not any((g.get("input_activations") or {}).get("type") == "int" and (g.get("input_activations") or {}).get("num_bits") == 8
+               for g in groups if isinstance(g, Mapping)):
+        return None
+    return (f"vLLM's CPU build runs the int8 W8A8 layers of {model} with its AMX kernel on this CPU, which takes "
+            "bfloat16 or float16 activations only: in float32 its engine would stop at the first read. Read it in "
+            "bfloat16 (--dtype bfloat16, or --backend-option dtype=bfloat16), or on a CPU without AMX")
+
+
+def amx_tiles() -> bool:
+    """Whether this CPU has AMX tiles that the kernel lets programs use (torch asks the CPU and the OS)."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(probe and probe())
+
+
 class VllmBackend:
     """Scores a model with vLLM in this process; see the package docstring."""
 
@@ -55,7 +90,12 @@ class VllmBackend:
     @classmethod
     def load(cls, model: str, arguments: Mapping[str, Any], name: str | None = None, trust_remote_code: bool = False) -> VllmBackend:
         from vllm import LLM
+        from vllm.platforms import current_platform
 
+        refused = amx_int8_refusal(model, stored_quantization(model), str(arguments.get("dtype", "auto")),
+                                   amx=current_platform.is_cpu() and amx_tiles())
+        if refused:
+            raise LongctxError(refused)
         try:
             llm = LLM(model=model, trust_remote_code=trust_remote_code, **{k: v for k, v in arguments.items() if k != PROMPT_ROWS})
         except RuntimeError as exc:
