@@ -9,7 +9,7 @@ saved by compressed-tensors as llm-compressor saves it: benchmarks/quantized_var
 
 1. every selected item is scored once, alone, through the gate's own pipeline against the baseline, with its wall
    time and its tokens (``off`` reads them all);
-2. the stopping rules (gate/sequential.py, the code the gate runs) are replayed over those per-item figures unit by
+2. the stopping rules (gate/sequential/, the code the gate runs) are replayed over those per-item figures unit by
    unit, as the gate reads them: ``exact`` and ``confident`` (at ``--alpha``), each with the items, tokens and
    seconds it read before every selected row and cell was settled;
 3. each mode's verdicts are compared with ``off``'s, row by row; ``exact`` must give the same on every row;
@@ -39,7 +39,8 @@ from pytest_longctx.backends.base import close
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.gate.gate_session import unit_of
-from pytest_longctx.gate.sequential import CONFIDENT, EXACT, OFF, annotate, checks_of, read
+from pytest_longctx.gate.sequential.checks import checks_of
+from pytest_longctx.gate.sequential.reading import CONFIDENT, EXACT, OFF, annotate, read
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import FAIL, PASS, dataset_keys, evaluate
 from pytest_longctx.numbers import NA

@@ -1,4 +1,4 @@
-"""Sequential reading's rules (gate/sequential.py) without a model: exact settles every check on the verdict
+"""Sequential reading's rules (gate/sequential/) without a model: exact settles every check on the verdict
 reading every item gives, whatever the order and the figures; confident's betting confidence sequence matches
 a plain numpy computation of it, covers the mean it is about at least 1 - alpha of the time over many
 resampled gates, and stops right where peeking at a fixed-n interval after every item stops wrong."""
@@ -11,18 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_longctx.gate.sequential import (
-    CONFIDENT,
-    EXACT,
-    KL_FLOOR,
-    MEAN,
-    OPEN,
-    SHARE,
-    Check,
-    Reading,
-    reading_order,
-    replay,
-)
+from pytest_longctx.gate.sequential.bounds import KL_FLOOR
+from pytest_longctx.gate.sequential.checks import MEAN, OPEN, SHARE, Check, reading_order
+from pytest_longctx.gate.sequential.reading import CONFIDENT, EXACT, Reading, replay
 from pytest_longctx.gate.verdicts import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED
 from pytest_longctx.metrics.confidence_sequence import Bettor, lower_bounds
 

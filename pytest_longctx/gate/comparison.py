@@ -13,7 +13,7 @@ from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.results_file import ResultsFile, find_data
-from pytest_longctx.gate.sequential import totals
+from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
@@ -38,7 +38,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)  # the run's and the comparison's (a compressed baseline, a small selection)
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
-    sequential: dict[str, Any] | None = None  # what sequential reading read of the selection (gate/sequential.py totals)
+    sequential: dict[str, Any] | None = None  # what sequential reading read of the selection (gate/sequential/ totals)
 
     @property
     def failing(self) -> list[Verdict]:

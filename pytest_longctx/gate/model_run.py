@@ -6,7 +6,7 @@ Scoring happens per unit — ``facts``, ``tool_calls``, and ``rules`` (the three
 languages together, as they share their agent sessions) — the first time a test needs it,
 and covers every item the selected tests of that unit need; under ``--longctx-sequential``
 (exact by default) it reads them one at a time until every selected row and cell of the unit
-is settled (gate/sequential.py), and the items left unread are skipped by their tests.
+is settled (gate/sequential/), and the items left unread are skipped by their tests.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.gate_session import Case, Progress, unit_of
 from pytest_longctx.gate.options import OFF, GateOptions
-from pytest_longctx.gate.sequential import annotate, checks_of, read
+from pytest_longctx.gate.sequential.checks import checks_of
+from pytest_longctx.gate.sequential.reading import annotate, read
 from pytest_longctx.gate.verdicts import (
     Evaluation,
     cell_key,
@@ -221,7 +222,7 @@ class GateRun:
 
     def _read_sequentially(self, unit: str, keys: set[ItemKey], backend: Backend, progress: Progress) -> None:
         """Read the unit's items one at a time, in the fixed order, until every selected row and cell is settled
-        (gate/sequential.py); the needed items no check counts are read first, whole."""
+        (gate/sequential/); the needed items no check counts are read first, whole."""
         assert self.baseline is not None
         configs = {config for config in self.dataset.configs if unit_of(config) == unit}
         unit_data = self.dataset.select({k for k in self.fingerprints if k[0] in configs})

@@ -45,7 +45,7 @@ class GateOptions:
     kv_press: str | None = None  # --longctx-kv-press NAME[:key=value,...]
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
-    sequential: str = OFF  # --longctx-sequential: read until each verdict is settled (gate/sequential.py), or everything
+    sequential: str = OFF  # --longctx-sequential: read until each verdict is settled (gate/sequential/), or everything
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""

@@ -82,7 +82,7 @@ def dataset_keys(dataset: Dataset) -> dict[str, frozenset[str]]:
 PASS, FAIL = "PASS", "FAIL"
 NOT_NEEDED = "not needed"  # the word of a check sequential reading left open: its test fails on another check
 
-# how sequential reading (gate/sequential.py) settled a check
+# how sequential reading (gate/sequential/) settled a check
 BOUNDS = "bounds"  # exact: no outcome of the unread items can change its verdict
 TESTED = "confidence sequence"  # confident: an anytime-valid test at alpha shows it within or beyond its threshold
 READ_THROUGH = "read through"  # exact: its every item read; the verdict is the point estimate's
@@ -150,7 +150,7 @@ class Verdict:
     at_most: bool = False  # the value must stay at or below the threshold (drift), not reach it
     damage: Drift | None = None  # the row's drift figures and damage kind, where known
     floor: float | None = None  # the least value the metric can take (an accuracy's or a share's 0), where it has one
-    settling: Settling | None = None  # sequential reading: how the check was settled (gate/sequential.py)
+    settling: Settling | None = None  # sequential reading: how the check was settled (gate/sequential/)
 
     @property
     def vacuous(self) -> bool:
@@ -286,14 +286,6 @@ def with_uncertainty(verdict: Verdict, config: str, length: str | None, model_se
     return verdict
 
 
-def _in_cell(placement: str | None, family: str | None) -> Any:
-    return lambda entry: entry.get("placement") == placement and family in ("all", entry.get("family"))
-
-
-def _in_suite(suite: str | None) -> Any:
-    return lambda entry: suite is None or entry.get("suite") == suite
-
-
 DRIFT_GATED = ("facts", "tool_calls")  # configs whose rows gate drift by default (they have control reads)
 DRIFT_LABEL = ": drift at far reads"  # a row's drift check is labelled with the row's name and this
 
@@ -304,10 +296,8 @@ def row_of(label: str) -> str:
 
 
 def _row_items(source: RowSource) -> Any:
-    """Which of a row's set's items the row is computed over."""
-    if source.is_rules:
-        return _in_cell(source.placement, source.family)
-    return _in_suite(source.suite)
+    """Which of a row's set's per-item entries the row is computed over (``RowSource.covers``)."""
+    return lambda entry: source.covers(entry.get("placement"), entry.get("family"), entry.get("suite"))
 
 
 def drift_verdicts(name: str, source: RowSource, model_sets: dict, thresholds: Thresholds,
@@ -375,7 +365,8 @@ def cell_verdicts(config: str, length: str, placement: str, family: str, model_s
         with_uncertainty(
             Verdict(key, label, metric, model_cell[metric], base_cell[metric], value, f"{metric} >= {value:g}",
                     rules_losers(model_sets, config, length, placement, family), floor=0.0 if metric == "follow" else None),
-            config, length, model_sets, baseline_sets, _in_cell(placement, family), None, thresholds.alpha)
+            config, length, model_sets, baseline_sets,
+            _row_items(RowSource(config, metric, length, placement, family)), None, thresholds.alpha)
         for metric, value in cell_metrics(thresholds, key, family, placement).items()
     ]
 

@@ -54,6 +54,14 @@ class RowSource:
             return f"{self.config}-retained-worst"
         return f"{self.config}-{self.metric}-{self.length}"
 
+    def covers(self, placement: str | None, family: str | None, suite: str | None) -> bool:
+        """Whether an item of the row's set, with these fields, counts in the row: a rules row's items are
+        those of its cell (its placement; its family, or any under ``all``), an agent-session row's those
+        of its suite; any other row counts every item of its set."""
+        if self.is_rules:
+            return placement == self.placement and self.family in ("all", family)
+        return self.suite is None or suite == self.suite
+
     def to_json(self) -> dict[str, Any]:
         """As the results JSON writes it (``row_sources``): the fields it has, a worst case's
         ``worst_of`` and its cell where known."""

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from typing import Any
 
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.sequential import totals
+from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.gate.verdicts import Evaluation
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from pytest_longctx.data.records import TOOL_KINDS, config_kind
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.losses import TargetLoss
-from pytest_longctx.gate.sequential import totals_text
+from pytest_longctx.gate.sequential.reading import totals_text
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
 from pytest_longctx.metrics.drift import pooled
 from pytest_longctx.numbers import NA, delta, number

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.gate.drift import NONE
-from pytest_longctx.gate.sequential import totals, totals_text
+from pytest_longctx.gate.sequential.reading import totals, totals_text
 from pytest_longctx.gate.verdicts import DRIFT_LABEL, FAIL, checks_word
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
