@@ -2,6 +2,7 @@
 models and baselines saved for the gate, the planted GGUF pair. What tests import is in tests/kit/."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,24 @@ def pytest_configure(config: pytest.Config) -> None:
     is never dropped; where it is missing (or blocked, as test_optional_modules does) nothing is imported."""
     for module in ("matplotlib.figure", "matplotlib.backends.backend_svg"):
         import_problem(module)
+    if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
+        # each of pytest-xdist's workers (and the gates it runs in subprocesses) computes on one thread: torch
+        # otherwise starts a thread per core in every worker, and on a machine with as many cores as workers their
+        # threads wait on each other
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
     """Keep what the package caches (tokenizers, builtin data) out of the user's folders."""
-    import os
-
     cache = os.environ.get("LONGCTX_TEST_CACHE") or str(tmp_path_factory.mktemp("longctx-cache"))
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("LONGCTX_TEST_CACHE"):
+        # pytest-xdist's workers share the converted SmolLM2 and the tokenizer (each written whole, then renamed
+        # into place), not the score and data caches, which tests expect to start empty
+        shared = tmp_path_factory.getbasetemp().parent / "longctx-shared"
+        for kind in ("models", "tokenizers"):
+            (shared / kind).mkdir(parents=True, exist_ok=True)
+            (Path(cache) / kind).symlink_to(shared / kind, target_is_directory=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LONGCTX_CACHE", cache)
         # the gates run inside the tests must not write into a real CI job's step summary
@@ -119,7 +130,7 @@ def gate_baseline(gate_models, data_dir, tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gguf_vocab() -> int:
     """The size of SmolLM2's vocabulary, which the tiny GGUF files take with its tokenizer."""
     from pytest_longctx.backends.aliases import smollm2_gguf

@@ -223,6 +223,8 @@ def test_bad_input_is_one_line(planted_gguf, gguf_vocab, tmp_path):
         select_parts(gguf_parts(names, "layer"), ["layer.1", "layer.9"], "layer")
     with pytest.raises(LongctxError, match=r"^--model nothing\.gguf: no such \.gguf file$"):
         GGUFPair(str(planted_gguf[0]), "nothing.gguf", (SETTINGS, SETTINGS))
+
+
 def test_the_command_blames_two_gguf_files_and_prints_the_quantizer_arguments(planted_gguf, pair, data_dir, tmp_path, capsys,
                                                                              monkeypatch):
     written: list[Path] = []

@@ -1,11 +1,12 @@
 """The gate as users meet it, through pytester: pytest --longctx-model X."""
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
 from kit.needs import needs
-from kit.runs import gate_summary
+from kit.runs import gate_summary, with_and_without_xdist
 
 ROW = "Facts recalled at 2k tokens"
 
@@ -103,21 +104,22 @@ def _junit(path):
 
 
 @needs("xdist", install='pip install -e ".[test]"')
-def test_xdist_gives_the_same_verdicts_junit_and_summary(pytester, gate_models, data_dir, gate_baseline):
+def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_models, data_dir, gate_baseline):
+    """The same gate with -n 0 and -n 2: the same outcomes, junit properties and summary, and sequential reading
+    (exact, the default) reads the same items in the same order and settles every check alike, fewer items than
+    the selection holds."""
     runs = {}
-    for workers in ("0", "2"):
-        junit = pytester.path / f"junit-{workers}.xml"
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={gate_models['degraded']}",
-            f"--longctx-data={data_dir}", "--longctx-lengths=2k", f"--longctx-baseline={gate_baseline}",
-        )
+    for workers, (result, junit, out) in with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline).items():
         assert result.ret == 1
-        runs[workers] = (_junit(junit), gate_summary(result.stdout.str()))
-    (properties0, outcomes0), summary0 = runs["0"]
-    (properties2, outcomes2), summary2 = runs["2"]
+        results = json.loads(out.read_text())
+        summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
+        runs[workers] = (_junit(junit), summary, results["sequential"])
+    (properties0, outcomes0), summary0, reading0 = runs["0"]
+    (properties2, outcomes2), summary2, reading2 = runs["2"]
     assert outcomes0 == outcomes2 and "failed" in outcomes0.values()
     assert properties0 == properties2 and properties0[f"longctx.verdict.{ROW}"] == "FAIL"
     assert summary0 == summary2 and any("FAIL" in line for line in summary0)
+    assert reading0 == reading2 and reading0["totals"]["items"] < reading0["totals"]["of_items"]
 
 
 def test_the_conftest_example_hands_in_a_loaded_model(pytester, gate_models, data_dir, gate_baseline):

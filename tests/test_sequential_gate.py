@@ -1,6 +1,6 @@
 """Sequential reading through the plugin and ``longctx score``, on the tiny models the tests build: exact gives
 every row and cell test the outcome off gives, a candidate that fails early reads fewer items and the tests of the
-items it did not read are skipped saying why, pytest-xdist gives the same, and the results JSON's stopping record
+items it did not read are skipped saying why, pytest-xdist gives the same (tests/test_plugin.py), and the results JSON's stopping record
 replays to the same stops."""
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from kit.runs import with_and_without_xdist
 
-from pytest_longctx.gate.sequential import replay
+from pytest_longctx.gate.sequential.reading import replay
 
 
 def gate(pytester, gate_models, data_dir, gate_baseline, model, *args):
@@ -73,16 +72,6 @@ def test_the_stopping_record_replays_and_confident_says_what_it_could_not_settle
     assert "sequential reading (confident at alpha 0.05):" in text
     hows = {v["settled"]["how"] for v in results["verdicts"] if v["settled"] is not None}
     assert "confidence sequence" in hows and "not settled" in hows  # its drift fails at once, two items settle no pass
-
-
-def test_xdist_gives_the_same_reading(pytester, gate_models, data_dir, gate_baseline):
-    found = {}
-    for workers, (result, junit, out) in with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline).items():
-        assert result.ret == 1
-        results = json.loads(out.read_text())
-        found[workers] = (outcomes(junit), results["sequential"], [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]])
-    assert found["0"] == found["2"]
-    assert found["0"][1]["totals"]["items"] < found["0"][1]["totals"]["of_items"]
 
 
 def test_a_baseline_update_reads_everything_and_refuses_another_mode(pytester, gate_models, data_dir, tmp_path):

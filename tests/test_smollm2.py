@@ -21,7 +21,7 @@ pytestmark = [
 
 def gate(model: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
     return run_pytest(folder, f"--rootdir={folder}", f"--longctx-model={model}", f"--longctx-baseline={BASELINE}",
-                      "--longctx-sets=facts,tool_calls", "--longctx-lengths=2k", "--longctx-limit=3", *args)
+                      "--longctx-sets=facts,tool_calls", "--longctx-lengths=2k", "--longctx-limit=2", *args)
 
 
 def test_smollm2_passes_and_its_local_window_variant_fails(tmp_path):

@@ -3,7 +3,9 @@ tokenizer, and the planted pair (an F32 original, a candidate with noise in two 
 Q8_0) with the pins a blame recipe gives it. ``gguf`` is imported by the functions that write."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,13 +36,27 @@ def tensors_of(vocab: int, ffn: int = FFN, head: bool = True) -> dict[str, np.nd
             .astype(np.float32) for name, shape in shapes.items()}
 
 
+@functools.cache
+def smollm2_tokenizer_fields() -> tuple[tuple[str, Any, Any, Any], ...]:
+    """(key, value, type, array item type) of each ``tokenizer.`` field of SmolLM2's GGUF, read once per process:
+    the gguf package reads a file's 49k token strings one at a time (about 4 s)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    from pytest_longctx.backends.aliases import smollm2_gguf
+
+    found = []
+    for name, field in GGUFReader(smollm2_gguf()).fields.items():
+        if name.startswith("tokenizer."):
+            kind = field.types[0]
+            found.append((name, field.contents(), kind, field.types[-1] if kind == GGUFValueType.ARRAY else None))
+    return tuple(found)
+
+
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], quantized: set[str] = frozenset(), architecture: str = "llama") -> Path:
     """A llama GGUF of ``tensors`` with SmolLM2's tokenizer; ``quantized`` stored as Q8_0 (and
     the file type then Q8_0, else F32)."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+    from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
     from gguf.quants import quantize
-
-    from pytest_longctx.backends.aliases import smollm2_gguf
 
     writer = GGUFWriter(path, architecture)
     vocab = len(tensors["token_embd.weight"])
@@ -54,10 +70,8 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], quantized: set[str] =
     writer.add_rope_dimension_count(HIDDEN // HEADS)
     writer.add_vocab_size(vocab)
     writer.add_file_type(LlamaFileType.MOSTLY_Q8_0 if quantized else LlamaFileType.ALL_F32)
-    for name, field in GGUFReader(smollm2_gguf()).fields.items():
-        if name.startswith("tokenizer."):
-            kind = field.types[0]
-            writer.add_key_value(name, field.contents(), kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+    for name, value, kind, sub_type in smollm2_tokenizer_fields():
+        writer.add_key_value(name, value, kind, sub_type=sub_type)
     for name, values in tensors.items():
         if name in quantized:
             writer.add_tensor(name, quantize(values, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
