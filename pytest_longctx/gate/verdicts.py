@@ -491,11 +491,8 @@ def accuracy_losers(source: RowSource, model_sets: dict, baseline_sets: dict, to
 def rules_losers(model_sets: dict, config: str, length: str, placement: str, family: str, top: int = 3) -> list[str]:
     """Items of a cell with the lowest retained effect."""
     per_item = model_sets[config][length]["per_item"]
-    found = [
-        (cell["retained"], item_id)
-        for item_id, cell in per_item.items()
-        if cell["retained"] is not None and cell["placement"] == placement and family in ("all", cell["family"])
-    ]
+    counts = _row_items(RowSource(config, "retained", length, placement, family))
+    found = [(cell["retained"], item_id) for item_id, cell in per_item.items() if cell["retained"] is not None and counts(cell)]
     found.sort()
     return [f"{item_id} retained {value:.2f}" for value, item_id in found[:top] if value < 1.0]
 

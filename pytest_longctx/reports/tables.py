@@ -11,6 +11,7 @@ from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.sequential.reading import totals_text
 from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
 from pytest_longctx.metrics.drift import pooled
+from pytest_longctx.metrics.rows import RowSource
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
 from pytest_longctx.reports.text import (
@@ -85,10 +86,9 @@ def damage(comparison: Comparison) -> list[str]:
     return [line.strip() for line in damage_lines(comparison.evaluation)]
 
 
-def _cell_kl(per_item: dict[str, Any], placement: str, family: str) -> str:
+def _cell_kl(per_item: dict[str, Any], cell: RowSource) -> str:
     """Mean KL_K over a rules cell's reads, with and without the rule (n/a without drift)."""
-    summaries = [e["drift"] for e in per_item.values()
-                 if "drift" in e and e["placement"] == placement and family in ("all", e["family"])]
+    summaries = [e["drift"] for e in per_item.values() if "drift" in e and cell.covers(e["placement"], e["family"], None)]
     if not summaries:
         return NA
     groups = pooled(summaries)
@@ -112,7 +112,7 @@ def rules_cells(comparison: Comparison) -> Section:
             verdicts = by_key.get(key, [])
             lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
                           number(cell["follow"]), number(cell["retained"]),
-                          _cell_kl(by_length[length]["per_item"], placement, family),
+                          _cell_kl(by_length[length]["per_item"], RowSource(config, "retained", length, placement, family)),
                           "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts),
                           "; ".join(f"{v.metric} {interval_text(v)}" for v in verdicts if v.interval is not None),
                           checks_word(verdicts)])
