@@ -113,13 +113,15 @@ def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_
         assert result.ret == 1
         results = json.loads(out.read_text())
         summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
-        runs[workers] = (_junit(junit), summary, results["sequential"])
-    (properties0, outcomes0), summary0, reading0 = runs["0"]
-    (properties2, outcomes2), summary2, reading2 = runs["2"]
+        verdicts = [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]]
+        runs[workers] = (_junit(junit), summary, results["sequential"], verdicts)
+    (properties0, outcomes0), summary0, reading0, verdicts0 = runs["0"]
+    (properties2, outcomes2), summary2, reading2, verdicts2 = runs["2"]
     assert outcomes0 == outcomes2 and "failed" in outcomes0.values()
     assert properties0 == properties2 and properties0[f"longctx.verdict.{ROW}"] == "FAIL"
     assert summary0 == summary2 and any("FAIL" in line for line in summary0)
     assert reading0 == reading2 and reading0["totals"]["items"] < reading0["totals"]["of_items"]
+    assert verdicts0 == verdicts2 and any(key == "facts-2k" and word == "FAIL" for key, _, word in verdicts0)
 
 
 def test_the_conftest_example_hands_in_a_loaded_model(pytester, gate_models, data_dir, gate_baseline):

@@ -1,7 +1,7 @@
 """Sequential reading through the plugin and ``longctx score``, on the tiny models the tests build: exact gives
 every row and cell test the outcome off gives, a candidate that fails early reads fewer items and the tests of the
-items it did not read are skipped saying why, pytest-xdist gives the same (tests/test_plugin.py), and the results JSON's stopping record
-replays to the same stops."""
+items it did not read are skipped saying why, pytest-xdist gives the same (tests/test_plugin.py), and the results
+JSON's stopping record replays to the same stops."""
 from __future__ import annotations
 
 import json

@@ -110,7 +110,7 @@ def _check_sequential(args: argparse.Namespace) -> None:
 def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: object, dataset: Dataset,
                        reference: ScoresFile, cache: ScoreCache | None) -> tuple[Results, Reading]:
     """Score items one at a time until every row and cell against ``reference`` is settled, at the gate's default
-    thresholds (gate/sequential.py); the results hold what was read."""
+    thresholds (gate/sequential/); the results hold what was read."""
     fallback: list[str] = []
     mode = choose_mode(args.mode, tokenizer, dataset, fallback, missing=tokenizer_missing(backend))
     check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset))

@@ -1,6 +1,6 @@
 """A one-sided betting confidence sequence for the mean of bounded observations (Waudby-Smith and Ramdas,
 "Estimating means of bounded random variables by betting", JRSS-B 2024), as sequential reading's ``confident``
-mode uses it (gate/sequential.py, docs/metrics.md#sequential-reading). No maintained library installs here:
+mode uses it (gate/sequential/, docs/metrics.md#sequential-reading). No maintained library installs here:
 ``confseq`` does not build on this Python and ``expectation``'s releases are withdrawn, so the capital process is
 written out; tests/test_sequential.py checks its coverage by simulation against a plain numpy computation."""
 from __future__ import annotations

@@ -22,6 +22,6 @@ def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
         "verdicts": evaluation.verdicts_json(),
         "drift": {name: {**asdict(found), "kind": evaluation.damage_kind(name)} for name, found in evaluation.drift.items()},
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
-        # sequential reading's stopping record per unit (gate/sequential.py's replay does it again), or null
+        # sequential reading's stopping record per unit (gate/sequential/reading.py's replay does it again), or null
         "sequential": {"totals": totals(run.readings.values()), "units": run.readings} if run.readings else None,
     }

@@ -54,9 +54,9 @@ def amx_int8_refusal(model: str, quantization: Mapping[str, Any], dtype: str, am
     the first read ('int8_scaled_mm_with_quant: expect A to be bfloat16 or half')."""
     if not amx or dtype not in ("float32", "float") or quantization.get("quant_method") != "compressed-tensors":
         return None
-    groups = (quantization.get("config_groups") or {}).values()
-    if not any((g.get("input_activations") or {}).get("type") == "int" and (g.get("input_activations") or {}).get("num_bits") == 8
-               for g in groups if isinstance(g, Mapping)):
+    inputs = [group.get("input_activations") or {} for group in (quantization.get("config_groups") or {}).values()
+              if isinstance(group, Mapping)]
+    if not any(scheme.get("type") == "int" and scheme.get("num_bits") == 8 for scheme in inputs):
         return None
     return (f"vLLM's CPU build runs the int8 W8A8 layers of {model} with its AMX kernel on this CPU, which takes "
             "bfloat16 or float16 activations only: in float32 its engine would stop at the first read. Read it in "
