@@ -39,10 +39,12 @@ from pytest_longctx.backends.base import close
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.gate.gate_session import unit_of
+from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.gate.sequential.checks import checks_of
 from pytest_longctx.gate.sequential.reading import CONFIDENT, EXACT, OFF, annotate, read
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import FAIL, PASS, dataset_keys, evaluate
+from pytest_longctx.gate.verdict import FAIL, PASS
+from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.numbers import NA
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table

@@ -196,8 +196,8 @@ def test_a_threshold_metric_the_matched_checks_do_not_have_is_an_error(folders, 
 
 
 def test_a_threshold_metric_no_matched_check_has_is_refused_by_compare_and_blame_too():
+    from pytest_longctx.gate.keys import check_keys
     from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
-    from pytest_longctx.gate.verdicts import check_keys
 
     checks = check_keys({"facts": {"2k": ["a"]}, "rules_en": {"2k": ["r"]}})
     for text, takes in (("facts-2k:retained=2", "drop, kl"), ("facts-2k-a:kl=1", "item_drop"),

@@ -85,8 +85,8 @@ def test_blame_and_compare_take_the_thresholds_the_gate_writes_for_them():
 
     from pytest_longctx.cli.args import thresholds_of
     from pytest_longctx.cli.main import build_parser
+    from pytest_longctx.gate.keys import check_keys
     from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
-    from pytest_longctx.gate.verdicts import check_keys
     from pytest_longctx.plugin.blame import threshold_arguments
 
     overrides = parse_overrides(["tool_calls-2k:kl=0.03", "rules_en-*:retained=0.8", "tool_calls-2k-*:item_drop=2.5"],

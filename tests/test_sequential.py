@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pytest_longctx.gate.sequential.bounds import KL_FLOOR
 from pytest_longctx.gate.sequential.checks import MEAN, OPEN, SHARE, Check, reading_order
 from pytest_longctx.gate.sequential.reading import CONFIDENT, EXACT, Reading, replay
-from pytest_longctx.gate.verdicts import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED
+from pytest_longctx.gate.verdict import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED
 from pytest_longctx.metrics.confidence_sequence import Bettor, lower_bounds
 
 ROUNDING = 1e-12

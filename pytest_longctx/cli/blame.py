@@ -13,7 +13,7 @@ from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import BlameReport, blame_pair
-from pytest_longctx.gate.verdicts import dataset_keys
+from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import BLAME
 from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically

@@ -10,8 +10,8 @@ import sys
 from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
+from pytest_longctx.gate.keys import check_keys
 from pytest_longctx.gate.results_file import read_results
-from pytest_longctx.gate.verdicts import check_keys
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import COMPARE
 from pytest_longctx.paths import check_outputs, write_text_atomically

@@ -10,10 +10,11 @@ from pytest_longctx.backends.base import Backend, close, tokenizer_missing
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.gate.sequential.checks import checks_of
 from pytest_longctx.gate.sequential.reading import OFF, Reading, annotate, read, totals, totals_text
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import dataset_keys, evaluate
+from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.metrics.rows import headline
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import SCORE

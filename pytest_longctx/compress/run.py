@@ -32,8 +32,9 @@ from pytest_longctx.data.faithfulness import load_sessions, sessions
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.gate_session import Case, Progress
+from pytest_longctx.gate.keys import item_key
 from pytest_longctx.gate.options import GateOptions
-from pytest_longctx.gate.verdicts import Verdict, item_key
+from pytest_longctx.gate.verdict import Verdict
 from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
 from pytest_longctx.numbers import meets
 from pytest_longctx.paths import check_writable

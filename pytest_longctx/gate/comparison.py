@@ -15,7 +15,8 @@ from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.results_file import ResultsFile, find_data
 from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import Evaluation, Sets, Verdict, evaluate, verdict_word
+from pytest_longctx.gate.verdict import Verdict, verdict_word
+from pytest_longctx.gate.verdicts import Evaluation, Sets, evaluate
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
 from pytest_longctx.scoring.identity import compare_judged, header
 from pytest_longctx.scoring.pipeline import compute_sets

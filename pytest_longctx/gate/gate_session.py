@@ -29,7 +29,8 @@ from pytest_longctx.data.records import RULES_CONFIGS, ItemKey
 from pytest_longctx.gate.options import GateOptions
 
 if TYPE_CHECKING:  # the verdicts import numpy, and every pytest run loads the plugin's hooks, which import this
-    from pytest_longctx.gate.verdicts import Sets, Verdict
+    from pytest_longctx.gate.verdict import Verdict
+    from pytest_longctx.gate.verdicts import Sets
 
 Progress = Callable[[int, int], Any] | bool  # a factory of progress displays; False: none
 

@@ -4,21 +4,86 @@ text around each target when the items are at hand.
 A target's loss, in nats: facts and tool calls, the log-probability lost (the mean over
 the target's tokens); rules, the rule effect lost, ``eff_ref - eff`` in the direction
 of the reference's effect, over counted targets only (``|eff_ref| >= 1`` nat). An
-item's loss is the gate's ``item_drop``, so the numbers here are the ones it judged.
+item's loss is ``item_drop``, the figure the gate judges an item by, so the numbers here
+are the ones it judged; a failing row's message names the items that lost the most
+(``accuracy_losers``, ``rules_losers``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, config_kind
+from pytest_longctx.gate.keys import item_key
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import item_drop, item_key, item_metric, rule_effect_loss, verdict_word
+from pytest_longctx.gate.verdict import verdict_word
 from pytest_longctx.metrics.raw import Record, is_scored, mean
+from pytest_longctx.metrics.rows import RowSource
 from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE
 from pytest_longctx.numbers import meets
 from pytest_longctx.scoring.scores_file import ScoresFile
+
+
+def rule_effect_loss(mine: dict, theirs: dict, min_effect: float = COUNT_NATS) -> tuple[float, float, float] | None:
+    """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
+    rules target scored on both sides; None when the reference's effect is too small to count."""
+    eff = mine["score_with"] - mine["score_without"]
+    eff_ref = theirs["score_with"] - theirs["score_without"]
+    if abs(eff_ref) < min_effect:
+        return None
+    return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
+
+
+def item_drop(config: str, mine: list[dict], theirs: list[dict] | None, min_effect: float = COUNT_NATS) -> float | None:
+    """Mean loss of one item against the baseline, in nats: facts and tool calls, the
+    log-probability lost per scored token; rules, the rule effect lost per counted target."""
+    if theirs is None:
+        return None
+    losses = []
+    for a, b in zip(mine, theirs):
+        if not (is_scored(a) and is_scored(b)):
+            continue
+        if config_kind(config) == "rules":
+            counted = rule_effect_loss(a, b, min_effect)
+            if counted is not None:
+                losses.append(counted[0])
+        else:
+            losses.extend(lb - la for la, lb in zip(a["logprobs"], b["logprobs"]))
+    return sum(losses) / len(losses) if losses else None
+
+
+def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
+    """An item's headline metric in a set's ``per_item`` (facts-like configs: queries recalled)."""
+    kind = config_kind(config)
+    if kind == "tool_calls":
+        return "far accuracy", entry["far"]["accuracy"]
+    if kind == "rules":
+        return "retained", entry["retained"]
+    return "query accuracy", entry["query_accuracy"]
+
+
+def accuracy_losers(source: RowSource, model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
+    """Items whose accuracy fell the most (facts: queries recalled; tool calls: far targets)."""
+    config, length = source.config, source.length
+    mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
+
+    drops = []
+    for item_id, entry in mine.items():
+        a, b = item_metric(config, entry)[1], item_metric(config, theirs.get(item_id, entry))[1]
+        if a is not None and b is not None and a < b:
+            drops.append((b - a, item_id, b, a))
+    drops.sort(key=lambda d: (-d[0], d[1]))
+    return [f"{item_id} {b:.2f} -> {a:.2f}" for _, item_id, b, a in drops[:top]]
+
+
+def rules_losers(model_sets: dict, config: str, length: str, placement: str, family: str, top: int = 3) -> list[str]:
+    """Items of a cell with the lowest retained effect."""
+    per_item = model_sets[config][length]["per_item"]
+    counts = RowSource(config, "retained", length, placement, family).covers_entry
+    found = [(cell["retained"], item_id) for item_id, cell in per_item.items() if cell["retained"] is not None and counts(cell)]
+    found.sort()
+    return [f"{item_id} retained {value:.2f}" for value, item_id in found[:top] if value < 1.0]
 
 BEFORE_CHARS = 160
 AFTER_CHARS = 60

@@ -20,19 +20,12 @@ from pytest_longctx.data.load import load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.gate_session import Case, Progress, unit_of
+from pytest_longctx.gate.keys import cell_key, cell_metrics, cells, dataset_keys, item_key
+from pytest_longctx.gate.losses import item_drop
 from pytest_longctx.gate.options import OFF, GateOptions
 from pytest_longctx.gate.sequential.checks import checks_of
 from pytest_longctx.gate.sequential.reading import annotate, read
-from pytest_longctx.gate.verdicts import (
-    Evaluation,
-    cell_key,
-    cell_metrics,
-    cells,
-    dataset_keys,
-    evaluate,
-    item_drop,
-    item_key,
-)
+from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
 from pytest_longctx.paths import check_outputs

@@ -62,6 +62,11 @@ class RowSource:
             return placement == self.placement and self.family in ("all", family)
         return self.suite is None or suite == self.suite
 
+    def covers_entry(self, entry: Mapping[str, Any]) -> bool:
+        """Whether an item's entry in its set's ``per_item`` counts in the row (``covers``, from the entry's
+        placement, family and suite)."""
+        return self.covers(entry.get("placement"), entry.get("family"), entry.get("suite"))
+
     def to_json(self) -> dict[str, Any]:
         """As the results JSON writes it (``row_sources``): the fields it has, a worst case's
         ``worst_of`` and its cell where known."""

@@ -10,7 +10,7 @@ from pytest_longctx.data.records import config_kind
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.distance import KINDS, buckets, drift_buckets
 from pytest_longctx.gate.losses import TargetLoss
-from pytest_longctx.gate.verdicts import FAIL, PASS
+from pytest_longctx.gate.verdict import FAIL, PASS
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports import plots, tables
 from pytest_longctx.reports.format import html_text as escape

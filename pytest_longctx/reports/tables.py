@@ -7,9 +7,10 @@ from typing import Any
 
 from pytest_longctx.data.records import TOOL_KINDS, config_kind
 from pytest_longctx.gate.comparison import Comparison
+from pytest_longctx.gate.keys import cell_key, cells
 from pytest_longctx.gate.losses import TargetLoss
 from pytest_longctx.gate.sequential.reading import totals_text
-from pytest_longctx.gate.verdicts import Verdict, cell_key, cells, checks_word
+from pytest_longctx.gate.verdict import Verdict, checks_word
 from pytest_longctx.metrics.drift import pooled
 from pytest_longctx.metrics.rows import RowSource
 from pytest_longctx.numbers import NA, delta, number
@@ -88,7 +89,7 @@ def damage(comparison: Comparison) -> list[str]:
 
 def _cell_kl(per_item: dict[str, Any], cell: RowSource) -> str:
     """Mean KL_K over a rules cell's reads, with and without the rule (n/a without drift)."""
-    summaries = [e["drift"] for e in per_item.values() if "drift" in e and cell.covers(e["placement"], e["family"], None)]
+    summaries = [e["drift"] for e in per_item.values() if "drift" in e and cell.covers_entry(e)]
     if not summaries:
         return NA
     groups = pooled(summaries)

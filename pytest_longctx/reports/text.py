@@ -6,7 +6,8 @@ from typing import Any
 
 from pytest_longctx.gate.drift import NONE
 from pytest_longctx.gate.sequential.reading import totals, totals_text
-from pytest_longctx.gate.verdicts import DRIFT_LABEL, FAIL, checks_word
+from pytest_longctx.gate.verdict import FAIL, checks_word
+from pytest_longctx.gate.verdicts import DRIFT_LABEL
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
 from pytest_longctx.scoring.identity import header, made_by

@@ -10,8 +10,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pytest_longctx.data.lengths import sorted_lengths
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import ALL_CONFIGS, Item, ItemKey, ToolItem, config_kind
+from pytest_longctx.gate.keys import cell_key, cell_metrics, cells
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import DRIFT_GATED, DRIFT_LABEL, Verdict, cell_key, cell_metrics, cells
+from pytest_longctx.gate.verdict import Verdict
+from pytest_longctx.gate.verdicts import DRIFT_GATED, DRIFT_LABEL
 from pytest_longctx.metrics.drift import Block, places
 from pytest_longctx.metrics.raw import is_scored
 from pytest_longctx.metrics.rows import RowSource, headline, row_specs
@@ -67,7 +69,7 @@ class Check:
     paths: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # numerator and denominator in a per_item entry
 
     def word(self, value: float | None) -> str:
-        """The verdict the check gives with ``value`` as its final value (as gate/verdicts.py judges it)."""
+        """The verdict the check gives with ``value`` as its final value (as gate/verdict.py judges it)."""
         baseline = (None if value is None else 0.0) if self.metric == "kl" else self.baseline
         return Verdict(self.key, self.label, self.metric, value, baseline, self.threshold, "", at_most=self.at_most,
                        floor=self.floor).word

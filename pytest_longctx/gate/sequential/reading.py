@@ -9,17 +9,7 @@ from typing import Any, Callable, Iterable, Mapping
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.gate.sequential.bounds import UNKNOWN, bettors, margin, possible_words, range_text
 from pytest_longctx.gate.sequential.checks import Check, Figure
-from pytest_longctx.gate.verdicts import (
-    BOUNDS,
-    FAIL,
-    MOOT,
-    NOT_SETTLED,
-    PASS,
-    READ_THROUGH,
-    TESTED,
-    Settling,
-    Verdict,
-)
+from pytest_longctx.gate.verdict import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED, Settling, Verdict
 from pytest_longctx.metrics.confidence_sequence import Bettor
 from pytest_longctx.options.table import SEQUENTIAL_ALPHA, SEQUENTIAL_MODES
 
