@@ -12,7 +12,9 @@ saved by compressed-tensors as llm-compressor saves it: benchmarks/quantized_var
 2. the stopping rules (gate/sequential/, the code the gate runs) are replayed over those per-item figures unit by
    unit, as the gate reads them: ``exact`` and ``confident`` (at ``--alpha``), each with the items, tokens and
    seconds it read before every selected row and cell was settled;
-3. each mode's verdicts are compared with ``off``'s, row by row; ``exact`` must give the same on every row;
+3. each mode's verdicts are compared with ``off``'s, row by row; ``exact`` must give the same on every row; and
+   ``exact`` is replayed over ``--orders`` random orders of each set's items (seeded), to show how much the tokens it
+   reads in the gate's one fixed order owe to that order;
 4. with ``--real NAME``, the gate itself runs once on that candidate (``pytest --longctx-sequential exact``, no score
    cache), and its stopping record must be the replay's, item for item and check for check.
 
@@ -24,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -119,9 +122,11 @@ def test_words(verdicts: list[Any]) -> dict[str, str]:
     return words
 
 
-def replay(mode: str, alpha: float | None, dataset: Dataset, scores: ScoresFile, baseline: ScoresFile,
-           tokens: dict[ItemKey, int], thresholds: Thresholds) -> tuple[set[ItemKey], dict[str, dict]]:
-    """The items ``mode`` reads, unit by unit as the gate does, and each unit's stopping record (off: every item)."""
+def replay(mode: str, alpha: float | None, dataset: Dataset, entries: dict[ItemKey, Any], baseline: ScoresFile,
+           tokens: dict[ItemKey, int], thresholds: Thresholds,
+           within: Callable[[ItemKey], Any] | None = None) -> tuple[set[ItemKey], dict[str, dict]]:
+    """The items ``mode`` reads, unit by unit as the gate does, and each unit's stopping record (off: every item);
+    ``within``: each set's items in another order than the gate's (``reading_order``)."""
     every = {(c, n, item.id) for c, n, item in dataset.items()}
     if mode == OFF:
         return every, {}
@@ -130,16 +135,35 @@ def replay(mode: str, alpha: float | None, dataset: Dataset, scores: ScoresFile,
     tests = frozenset(dataset_keys(dataset))
     for unit in sorted({unit_of(c) for c in dataset.configs}):
         unit_data = dataset.select({k for k in every if unit_of(k[0]) == unit})
-        checks, order = checks_of(unit_data, baseline, thresholds, tests)
-
-        def entry(key: ItemKey) -> Any:
-            found = compute_sets(dataset.select({key}), scores, baseline, thresholds.min_effect)
-            return found[key[0]][key[1]]["per_item"].get(key[2])
-
-        reading = read(mode, alpha, checks, order, tokens, entry)
+        checks, order = checks_of(unit_data, baseline, thresholds, tests, *([within] if within else []))
+        reading = read(mode, alpha, checks, order, tokens, entries.get)
         records[unit] = reading.record()
         read_keys |= set(reading.read) | ({k for k in every if unit_of(k[0]) == unit} - set(order))
     return read_keys, records
+
+
+def entries_of(dataset: Dataset, scores: ScoresFile, baseline: ScoresFile, thresholds: Thresholds) -> dict[ItemKey, Any]:
+    """Each item's entry in its set's ``per_item``, as the gate computes it from the item's scores alone."""
+    found = {}
+    for config, length, item in dataset.items():
+        key = (config, length, item.id)
+        found[key] = compute_sets(dataset.select({key}), scores, baseline, thresholds.min_effect)[config][length]["per_item"].get(item.id)
+    return found
+
+
+def order_spread(orders: int, dataset: Dataset, scores: ScoresFile, entries: dict[ItemKey, Any], baseline: ScoresFile,
+                 tokens: dict[ItemKey, int], thresholds: Thresholds, words: dict[str, str]) -> list[int]:
+    """The tokens ``exact`` reads in each of ``orders`` random orders of every set's items (the sets still taken in
+    turn), seeded: how much the gate's one fixed order owes to luck. Each order must give ``words``, off's."""
+    rng = random.Random(0)
+    keys = [(c, n, item.id) for c, n, item in dataset.items()]
+    found = []
+    for _ in range(orders):
+        rank = {key: rng.random() for key in keys}
+        read_keys, records = replay(EXACT, None, dataset, entries, baseline, tokens, thresholds, rank.__getitem__)
+        assert judged(dataset, read_keys, scores, baseline, thresholds, records)[0] == words, "exact differs from off"
+        found.append(sum(tokens[k] for k in read_keys))
+    return found
 
 
 def judged(dataset: Dataset, read_keys: set[ItemKey], scores: ScoresFile, baseline: ScoresFile, thresholds: Thresholds,
@@ -202,6 +226,8 @@ def main() -> None:
     parser.add_argument("--real", choices=EVERY, help="also run the gate itself, exact, on this candidate")
     parser.add_argument("--results", type=Path, default=Path("variants/sequential"), help="each candidate's per-item figures")
     parser.add_argument("--reuse", action="store_true", help="replay the per-item figures kept in --results")
+    parser.add_argument("--orders", type=int, default=100,
+                        help="also replay exact over this many random orders of each set's items (seeded)")
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
     args = parser.parse_args()
     baseline = load_scores(args.baseline, "baseline")
@@ -217,20 +243,25 @@ def main() -> None:
         scores, seconds, mode, tokenizer = measure(model, backend_name, dataset, baseline,
                                                    args.results / name.replace(" ", "-"), args.reuse)
         tokens = item_tokens(dataset, mode, tokenizer)
+        entries = entries_of(dataset, scores, baseline, thresholds)
         outcomes: dict[str, Any] = {}
         for sequential in MODES:
             alpha = args.alpha if sequential == CONFIDENT else None
-            read_keys, records = replay(sequential, alpha, dataset, scores, baseline, tokens, thresholds)
+            read_keys, records = replay(sequential, alpha, dataset, entries, baseline, tokens, thresholds)
             words, settled = judged(dataset, read_keys, scores, baseline, thresholds, records)
             outcomes[sequential] = {"read": len(read_keys), "tokens": sum(tokens[k] for k in read_keys),
                                     "seconds": sum(seconds[k] for k in read_keys), "words": words, "records": records,
                                     "gate": FAIL if FAIL in words.values() else PASS, "settled": settled}
         off, exact, confident = (outcomes[m] for m in MODES)
         assert exact["words"] == off["words"], f"{name}: exact's verdicts differ from off's"
+        spread = order_spread(args.orders, dataset, scores, entries, baseline, tokens, thresholds, off["words"])
+        exact["orders"] = spread
         open_checks = sum(1 for s in confident["settled"].values() if s is not None and s.how == "not settled")
         body.append([name, off["gate"], f"{off['read']}", f"{off['tokens']:,}", f"{off['seconds']:.1f}",
                      exact["gate"], f"{exact['read']}", f"{exact['tokens']:,} ({share(exact['tokens'], off['tokens'])})",
                      f"{exact['seconds']:.1f} ({share(exact['seconds'], off['seconds'])})",
+                     (f"{share(sum(spread) / len(spread), off['tokens'])} ({share(min(spread), off['tokens'])}-"
+                      f"{share(max(spread), off['tokens'])})") if spread else "-",
                      confident["gate"], f"{confident['read']}",
                      f"{confident['tokens']:,} ({share(confident['tokens'], off['tokens'])})",
                      f"{confident['seconds']:.1f} ({share(confident['seconds'], off['seconds'])})", str(open_checks)])
@@ -251,7 +282,8 @@ def main() -> None:
     said = f"; --limit {args.limit}" if args.limit else "; every item"
     print(f"baseline {args.baseline}; sets {args.sets}; lengths {args.lengths}{said}; confident at alpha {args.alpha:g}")
     print(table(["candidate", "off", "off items", "off tokens", "off s", "exact", "exact items", "exact tokens", "exact s",
-                 "confident", "confident items", "confident tokens", "confident s", "not settled"], body))
+                 f"exact, {args.orders} random orders: tokens mean (fewest-most)", "confident", "confident items",
+                 "confident tokens", "confident s", "not settled"], body))
     print("\nper row: off / exact / confident (@ items read of the row's checks when settled)")
     names = list(found)
     print(table(["row", *names], [[key, *(cells.get(n, "") for n in names)] for key, cells in rows_by_test.items()]))

@@ -85,6 +85,8 @@ def sequential_rows(out: str, _: dict[str, Path]) -> None:
     for row in rows:
         assert row["exact"] == row["off"] and row["confident"] in ("PASS", "FAIL"), row
         assert int(row["exact items"]) <= int(row["off items"]) and int(row["confident items"]) <= int(row["off items"]), row
+        mean, fewest, most = map(int, re.findall(r"(\d+)%", row["exact, 100 random orders: tokens mean (fewest-most)"]))
+        assert fewest <= mean <= most <= 100, row  # every order gave off's verdicts: the script asserts it
     assert re.search(r"^real gate on kv-int4 .* stopping record the same as the replay$", out, re.M), out
 
 

@@ -30,16 +30,17 @@ def _digest(key: ItemKey) -> str:
     return hashlib.sha256("/".join(key).encode("utf-8")).hexdigest()
 
 
-def reading_order(keys: Iterable[ItemKey]) -> list[ItemKey]:
-    """The items in the order they are read: each (config, length)'s by the digest of its key, the sets taken in
-    turn, lengths shortest first and configs in the benchmark's order."""
+def reading_order(keys: Iterable[ItemKey], within: Callable[[ItemKey], Any] = _digest) -> list[ItemKey]:
+    """The items in the order they are read: each (config, length)'s by the digest of its key (``within``: another
+    rank, e.g. a benchmark's random orders), the sets taken in turn, lengths shortest first and configs in the
+    benchmark's order."""
     by_set: dict[tuple[str, str], list[ItemKey]] = {}
     for key in keys:
         by_set.setdefault((key[0], key[1]), []).append(key)
     lengths = sorted_lengths([length for _, length in by_set])
     rank = {config: n for n, config in enumerate(ALL_CONFIGS)}
     sets = sorted(by_set, key=lambda s: (lengths.index(s[1]), rank.get(s[0], len(rank)), s[0]))
-    queues = [sorted(by_set[s], key=_digest) for s in sets]
+    queues = [sorted(by_set[s], key=within) for s in sets]
     order = []
     for turn in range(max(map(len, queues), default=0)):
         order.extend(queue[turn] for queue in queues if turn < len(queue))
@@ -214,10 +215,11 @@ class Selection:
         return found
 
 
-def checks_of(dataset: Dataset, baseline: Any, thresholds: Thresholds, tests: frozenset[str]) -> tuple[list[Check], list[ItemKey]]:
+def checks_of(dataset: Dataset, baseline: Any, thresholds: Thresholds, tests: frozenset[str],
+              within: Callable[[ItemKey], Any] = _digest) -> tuple[list[Check], list[ItemKey]]:
     """(the checks of the selected row and cell ``tests`` over ``dataset``, against ``baseline``; the order their
-    items are read in)."""
+    items are read in, each set's by ``within``: ``reading_order``)."""
     baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
     first = Selection(dataset, baseline, baseline_sets, thresholds, tests, ()).checks()
-    order = reading_order({key for check in first for key in check.items})
+    order = reading_order({key for check in first for key in check.items}, within)
     return Selection(dataset, baseline, baseline_sets, thresholds, tests, order).checks(), order
