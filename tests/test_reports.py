@@ -307,3 +307,32 @@ def test_the_record_of_what_was_judged_names_what_compresses_the_model_and_its_c
     assert judged.compressions() == said
     assert judged.describe() == (f"m ({'; '.join(said)})" if said else "m") + (f", {meta['dtype']}" if "dtype" in meta else "")
     assert Judged.from_meta({"judged": judged.to_json()}) == judged  # as a file keeps it
+
+
+def test_the_same_weights_under_another_config_are_not_said_to_be_compared_with_themselves(qwen_model, qwen_tokenizer,
+                                                                                          tmp_path):
+    """A far-blind variant made by editing config.json alone (here rope_theta; benchmarks/variants.py's window512 is
+    a sliding window) keeps the weights' bits: the header must not call it the baseline's own model and setup."""
+    from kit.models import save_model
+
+    from pytest_longctx.backends import load_backend
+    from pytest_longctx.backends.base import close
+    from pytest_longctx.scoring.identity import compare_judged
+
+    folder = save_model(tmp_path / "model", qwen_model, qwen_tokenizer)
+    edited = save_model(tmp_path / "edited", qwen_model, qwen_tokenizer)
+    config = json.loads((edited / "config.json").read_text())
+    config["rope_theta"] = 10.0 * float(config.get("rope_theta") or config.get("rope_parameters", {}).get("rope_theta", 1e6))
+    config.get("rope_parameters", {}).update(rope_theta=config["rope_theta"])
+    (edited / "config.json").write_text(json.dumps(config))
+    metas = []
+    for path in (folder, folder, edited):
+        backend, _ = load_backend(str(path), "hf", "float32", "cpu", ())
+        metas.append(backend.describe())
+        close(backend)
+    original, again, other = metas
+    assert original["weights"] == other["weights"] and original["config"] != other["config"]
+    assert compare_judged(original, again).note.endswith("it is compared with itself")
+    note = compare_judged(original, other).note
+    assert "compared with itself" not in note and note.startswith("the baseline's own weights under another config")
+    assert f"digest {other['config'][:8]} here, {original['config'][:8]} there" in note

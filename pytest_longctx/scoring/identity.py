@@ -1,5 +1,5 @@
-"""What was judged: one record of the model as its backend ran it (weights, quantization as loaded,
-KV cache, press, dtype, device, libraries), kept in every scores file, baseline and results JSON
+"""What was judged: one record of the model as its backend ran it (weights, its config and runtime settings,
+quantization as loaded, KV cache, press, dtype, device, libraries), kept in every scores file, baseline and results JSON
 as ``meta["judged"]``, and the one comparison of a baseline's record with a candidate's
 (docs/baselines.md#what-was-judged)."""
 from __future__ import annotations
@@ -42,6 +42,9 @@ class Judged:
     model: str
     backend: str
     weights: str | None  # a fingerprint of the weights' bits; None where the backend cannot know them (a server)
+    # a digest of the model's config and the backend's settings that change its numbers (a sliding window, rope
+    # scaling, the attention kernel, a server's settings): the same weights under another config compute another model
+    config: str | None = None
     quantization: str = ""  # as loaded: what the library did to the modules; empty for none
     kv_cache: str = ""  # a KV cache in less than full precision; empty for the model's own
     press: str = ""  # a KV-cache press compressing each context; empty for none
@@ -56,10 +59,11 @@ class Judged:
         stored = meta.get("judged")
         if isinstance(stored, dict):
             known = {key: stored[key] for key in cls.__dataclass_fields__ if key in stored}
-            return cls(**{"model": without_credentials(name), "backend": "", "weights": None, **known})
+            return cls(**{"model": without_credentials(name), "backend": "", "weights": None, "config": meta.get("config"),
+                          **known})
         versions = meta.get("versions")
         return cls(model=without_credentials(str(meta.get("model") or name)), backend=str(meta.get("backend") or ""),
-                   weights=meta.get("weights"), quantization=_quantization(meta),
+                   weights=meta.get("weights"), config=meta.get("config"), quantization=_quantization(meta),
                    kv_cache=_kv_cache(str(meta.get("kv_cache") or "")), press=str(meta.get("kv_press") or ""),
                    dtype=str(meta.get("dtype") or ""), device=str(meta.get("device") or ""),
                    versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {})
@@ -79,10 +83,15 @@ class Judged:
         return (f"{self.model or 'an unnamed model'}" + (f" ({'; '.join(compressed)})" if compressed else "")
                 + (f", {how}" if how else ""))
 
-    def same_setup(self, other: Judged) -> bool:
-        """The same weights, compressed alike: a gate of one against the other compares a model with itself."""
+    def same_weights(self, other: Judged) -> bool:
+        """The same weights' bits, compressed alike (whatever their config)."""
         return (self.weights is not None and self.weights == other.weights
                 and self.compressions() == other.compressions())
+
+    def same_setup(self, other: Judged) -> bool:
+        """The same weights, compressed alike, under the same config and settings: a gate of one against the other
+        compares a model with itself."""
+        return self.same_weights(other) and self.config == other.config
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,9 @@ def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any]) -> Again
                         "to gate the model, not the rounding")
     if mine.same_setup(theirs):
         note = "the baseline's own model and setup (the same weights, compressed alike): it is compared with itself"
+    elif mine.same_weights(theirs):
+        note = (f"the baseline's own weights under another config: the model's config or the backend's settings differ "
+                f"(digest {(mine.config or 'unknown')[:8]} here, {(theirs.config or 'unknown')[:8]} there)")
     elif (None not in (mine.weights, theirs.weights) and mine.weights != theirs.weights
           and not mine.compressions() and not theirs.compressions()):
         note = "its weights differ from the baseline's bit for bit, though neither loads a quantization"
