@@ -62,7 +62,8 @@ def test_a_failing_gate_prints_the_blame_command_and_the_command_blames_its_rows
     assert result.ret == 1
     [command] = printed(result)
     at = result.outlines.index(PROMPT + command)  # its cost under it: the default budget, over the failing row's 1 item
-    assert result.outlines[at + 1].startswith("longctx:   it scores at most 40 models (--budget) on these rows' 1 item, each")
+    assert result.outlines[at + 1].startswith("longctx:   it scores at most 40 models (--budget) on these rows' 1 item, about "
+                                              "this run's scoring time a model;")
     assert command == shlex.join(["longctx", "blame", "--reference", str(made / "original"), "--model", str(made / "candidate"),
                                   "--baseline", f"{made / 'named'}.json.gz", "--data", str(data_dir), "--sets", "tool_calls",
                                   "--lengths", "2k", "--limit", "1", "--rows", ROW])

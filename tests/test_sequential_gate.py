@@ -5,6 +5,7 @@ JSON's stopping record replays to the same stops."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -56,6 +57,13 @@ def test_exact_gives_every_test_the_outcome_off_gives(pytester, gate_models, dat
         assert len(skipped) == totals["of_items"] - totals["items"]
         assert all("settled after 1 of its 2 items (--longctx-sequential exact" in line for line in skipped)
         assert "sequential reading (exact):" in result_exact.stdout.str()
+        # the blame command's cost: blame reads every item of the blamed rows, the gate read fewer of them
+        costs = [re.search(r"on these rows' (\d+) items, (.*?);", line) for line in result_exact.outlines + result_off.outlines
+                 if line.startswith("longctx:   it scores at most")]
+        (items, said_exact), (_, said_off) = [found.groups() for found in costs]
+        read = sum(len(results_exact["scores"][config]["2k"]) for config in ("facts", "tool_calls"))  # the failing rows' sets
+        assert said_exact == f"every one of them (this run read {read}: sequential reading settled the verdicts sooner)"
+        assert read < int(items) and said_off == "about this run's scoring time a model"
     else:  # a pass needs every drift read
         assert totals["items"] == totals["of_items"] == scored_off
 

@@ -129,11 +129,15 @@ class BlameAfterGate:
         return [f"{why}: put the original (uncompressed) model in --reference"] if why else []
 
     def cost(self, rows: list[str]) -> str:
-        """What the printed command costs at most, before it is run: the default budget, in models scored on the
-        blamed rows' items (blame's own first line says how many it expects, and their time)."""
-        items = len(list(self.items(rows).items()))
-        return (f"it scores at most {BUDGET} models (--budget) on these rows' {items} item{'' if items == 1 else 's'}, each "
-                "at most about the time this run took to read them; its first line says how many it expects and how long")
+        """What the printed command costs at most, before it is run: the default budget, in models scored on every
+        one of the blamed rows' items, however many of them sequential reading read here (blame's own first line
+        says how many models it expects, and their time)."""
+        keys = [(c, n, item.id) for c, n, item in self.items(rows).items()]
+        read = sum(1 for c, n, item_id in keys if item_id in self.run.scores.scores.get(c, {}).get(n, {}))
+        each = ("about this run's scoring time a model" if read == len(keys) else
+                f"every one of them (this run read {read}: sequential reading settled the verdicts sooner)")
+        return (f"it scores at most {BUDGET} models (--budget) on these rows' {len(keys)} item{'' if len(keys) == 1 else 's'}, "
+                f"{each}; its first line says how many models it expects and how long")
 
     @pytest.hookimpl(trylast=True)  # after the gate's own summary
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
