@@ -251,6 +251,28 @@ def test_the_drift_block_is_compact(baseline):
     assert np.isfinite(sizes).all()
 
 
+@pytest.mark.parametrize("figures, kind", [
+    # SmolLM2 with a 512-token window, 2k, the first item only (sequential reading settled both rows on it)
+    ((1.987, 0.197, 0.000, "near"), FAR_SPECIFIC),
+    ((1.251, 0.000, 0.000, "control"), FAR_SPECIFIC),
+    ((11.7, 9.3, 9.2, "near"), GENERAL),  # int2 weights: damaged everywhere, far not twice the near drift
+    ((20.0, 9.3, 9.2, "near"), BOTH),
+    ((0.30, 0.40, 0.00, "near"), NONE),  # far drift beyond the threshold and no more than near
+])
+def test_on_one_item_the_damage_kind_rests_on_the_point_estimates_and_says_so(figures, kind):
+    far, near, control, against = figures
+
+    def group(kl):
+        return GroupDrift(10, kl, 1.0, 0.0)
+
+    found = Drift(1, group(far), group(near), group(control), against, far - (near if against == "near" else control),
+                  None, None, 0.0, None, 0.05)
+    said = found.text()
+    assert found.kind == kind and said.startswith("not located by drift" if kind == NONE else kind), said
+    assert said.endswith("on the point estimates of 1 item (no paired interval to test them)") and "significant" not in said
+    assert drift_of(far, near, control, None, None, against).kind in (NONE, GENERAL)  # more items, no interval: unshown
+
+
 def summary(far_kl: float, reads: int = 10) -> dict:
     """One item's drift summary (metrics/drift.py item_summary) with mean far KL ``far_kl``."""
     def group(kl, n):

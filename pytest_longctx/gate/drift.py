@@ -17,6 +17,9 @@ else with control reads.
   a far excess of a thousandth of a nat can be significant, and is no damage), or on drift
   past the first 512 tokens that is the same near and far.
 
+On one item there is no interval to resample: "significantly" then reads "at all", on the
+point estimates, and the text says so (a row sequential reading settled on its first item).
+
 Why twice, once the model is damaged everywhere: KL grows with how sure the baseline was,
 and the baseline is surer at a target (an answer, a tool name) than at an ordinary
 position of its text, so under damage that hits every read alike, far reads drift more in
@@ -62,13 +65,24 @@ class Drift:
     threshold: float  # the row's kl threshold: control drift beyond it is general damage
 
     @property
+    def on_points(self) -> bool:
+        """One item: no paired interval to test the far excess with (sequential reading often settles a failing row
+        on its first item), so the kind rests on the point estimates, and its text says so."""
+        return self.items < 2
+
+    @property
     def far_excess(self) -> bool:
-        """Far drift exceeds the near (or control) drift beyond the paired interval."""
+        """Far drift exceeds the near (or control) drift beyond the paired interval (on one item: at all)."""
+        if self.on_points:
+            return self.difference is not None and self.difference > 0
         return self.interval is not None and self.interval[0] > 0
 
     @property
     def far_dominant(self) -> bool:
-        """Far drift is significantly more than twice the near (or control) drift."""
+        """Far drift is significantly more than twice the near (or control) drift (on one item: more at all)."""
+        if self.on_points:
+            other = self.near if self.against == "near" else self.control
+            return self.far.kl is not None and other.kl is not None and self.far.kl > 2 * other.kl
         return self.doubled is not None and self.doubled[0] > 0
 
     @property
@@ -102,6 +116,12 @@ class Drift:
     def text(self) -> str:
         """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
         0.050 (near 0.167); far drift 1.803, +1.636 [1.48, 1.82] against near``."""
+        said = self._text()
+        if not said or not self.on_points:
+            return said
+        return said.replace("significantly ", "") + "; on the point estimates of 1 item (no paired interval to test them)"
+
+    def _text(self) -> str:
         kind = self.kind
         if not kind:
             return ""
@@ -123,7 +143,8 @@ class Drift:
                     f"{self.against} drift ({excess}; {doubled})")
         if not self.beyond(self.far):  # a failing row whose drift is within the threshold: the loss lies elsewhere
             return f"not located by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"
-        return f"not located by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, not significant"
+        verdict = "not more" if self.on_points else "not significant"
+        return f"not located by drift: {level} ({others}); far drift {_n(self.far.kl)}, {excess}, {verdict}"
 
 
 def _n(value: float | None) -> str:
