@@ -4,8 +4,11 @@
     python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 4 --sets facts,tool_calls
 
 builds the variants (once, into --variants), runs the real gate — ``pytest --longctx-model
-<variant> --longctx-baseline <baseline>`` — for the model itself and every variant, keeps
-each run's results JSON in --results, and prints:
+<variant> --longctx-baseline <baseline> --longctx-sequential off`` — for the model itself and every
+variant, keeps each run's results JSON in --results, and prints (every selected item is read: the
+study's figures, failed tests and damage kinds are those of the whole selection, as they were
+measured before sequential reading became the gate's default; benchmarks/bench_sequential.py
+measures what reading less costs):
 
 * each headline row's value, the number of failed generated tests;
 * per facts and tool-call row, the drift at far / near / control reads (mean KL_K), the
@@ -80,7 +83,7 @@ def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str],
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
-                   f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", *extra]
+                   f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", "--longctx-sequential=off", *extra]
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
