@@ -52,7 +52,7 @@ from pytest_longctx.numbers import NA
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
 from pytest_longctx.scoring.modes import choose_mode
-from pytest_longctx.scoring.pipeline import compute_sets, item_tokens, score_items
+from pytest_longctx.scoring.pipeline import compute_sets, item_entry, item_tokens, score_items
 from pytest_longctx.scoring.scores_file import ScoresFile, load_scores
 from variants import build  # noqa: E402
 
@@ -135,7 +135,7 @@ def replay(mode: str, alpha: float | None, dataset: Dataset, entries: dict[ItemK
     tests = frozenset(dataset_keys(dataset))
     for unit in sorted({unit_of(c) for c in dataset.configs}):
         unit_data = dataset.select({k for k in every if unit_of(k[0]) == unit})
-        checks, order = checks_of(unit_data, baseline, thresholds, tests, *([within] if within else []))
+        checks, order = checks_of(unit_data, baseline, thresholds, tests, within)
         reading = read(mode, alpha, checks, order, tokens, entries.get)
         records[unit] = reading.record()
         read_keys |= set(reading.read) | ({k for k in every if unit_of(k[0]) == unit} - set(order))
@@ -144,15 +144,12 @@ def replay(mode: str, alpha: float | None, dataset: Dataset, entries: dict[ItemK
 
 def entries_of(dataset: Dataset, scores: ScoresFile, baseline: ScoresFile, thresholds: Thresholds) -> dict[ItemKey, Any]:
     """Each item's entry in its set's ``per_item``, as the gate computes it from the item's scores alone."""
-    found = {}
-    for config, length, item in dataset.items():
-        key = (config, length, item.id)
-        found[key] = compute_sets(dataset.select({key}), scores, baseline, thresholds.min_effect)[config][length]["per_item"].get(item.id)
-    return found
+    return {(c, n, item.id): item_entry(dataset, scores, baseline, (c, n, item.id), thresholds.min_effect)
+            for c, n, item in dataset.items()}
 
 
 def order_spread(orders: int, dataset: Dataset, scores: ScoresFile, entries: dict[ItemKey, Any], baseline: ScoresFile,
-                 tokens: dict[ItemKey, int], thresholds: Thresholds, words: dict[str, str]) -> list[int]:
+                 baseline_sets: Any, tokens: dict[ItemKey, int], thresholds: Thresholds, words: dict[str, str]) -> list[int]:
     """The tokens ``exact`` reads in each of ``orders`` random orders of every set's items (the sets still taken in
     turn), seeded: how much the gate's one fixed order owes to luck. Each order must give ``words``, off's."""
     rng = random.Random(0)
@@ -161,16 +158,17 @@ def order_spread(orders: int, dataset: Dataset, scores: ScoresFile, entries: dic
     for _ in range(orders):
         rank = {key: rng.random() for key in keys}
         read_keys, records = replay(EXACT, None, dataset, entries, baseline, tokens, thresholds, rank.__getitem__)
-        assert judged(dataset, read_keys, scores, baseline, thresholds, records)[0] == words, "exact differs from off"
+        assert judged(dataset, read_keys, scores, baseline, baseline_sets, thresholds, records)[0] == words, \
+            "exact differs from off"
         found.append(sum(tokens[k] for k in read_keys))
     return found
 
 
-def judged(dataset: Dataset, read_keys: set[ItemKey], scores: ScoresFile, baseline: ScoresFile, thresholds: Thresholds,
-           records: dict[str, dict]) -> tuple[dict[str, str], dict[tuple[str, str], Any]]:
+def judged(dataset: Dataset, read_keys: set[ItemKey], scores: ScoresFile, baseline: ScoresFile, baseline_sets: Any,
+           thresholds: Thresholds, records: dict[str, dict]) -> tuple[dict[str, str], dict[tuple[str, str], Any]]:
     """(each test's outcome, each check's settling) of a gate that read ``read_keys``, as gate/model_run.py judges."""
     sets = compute_sets(dataset.select(read_keys), scores, baseline, thresholds.min_effect)
-    evaluation = evaluate(sets, compute_sets(dataset, baseline, None, thresholds.min_effect), thresholds)
+    evaluation = evaluate(sets, baseline_sets, thresholds)
     annotate(evaluation.verdicts, records.values())
     return test_words(evaluation.verdicts), {(v.key, v.metric): v.settling for v in evaluation.verdicts}
 
@@ -235,6 +233,7 @@ def main() -> None:
     held = {(c, n, i) for c, n, i, _ in baseline.items()}  # every item the baseline holds, no more
     dataset = dataset.select({(c, n, item.id) for c, n, item in dataset.items() if (c, n, item.id) in held})
     thresholds = Thresholds()
+    baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)  # the one every judging compares with
     found: dict[str, Any] = {}
     rows_by_test: dict[str, dict[str, str]] = {}
     body = []
@@ -248,13 +247,13 @@ def main() -> None:
         for sequential in MODES:
             alpha = args.alpha if sequential == CONFIDENT else None
             read_keys, records = replay(sequential, alpha, dataset, entries, baseline, tokens, thresholds)
-            words, settled = judged(dataset, read_keys, scores, baseline, thresholds, records)
+            words, settled = judged(dataset, read_keys, scores, baseline, baseline_sets, thresholds, records)
             outcomes[sequential] = {"read": len(read_keys), "tokens": sum(tokens[k] for k in read_keys),
                                     "seconds": sum(seconds[k] for k in read_keys), "words": words, "records": records,
                                     "gate": FAIL if FAIL in words.values() else PASS, "settled": settled}
         off, exact, confident = (outcomes[m] for m in MODES)
         assert exact["words"] == off["words"], f"{name}: exact's verdicts differ from off's"
-        spread = order_spread(args.orders, dataset, scores, entries, baseline, tokens, thresholds, off["words"])
+        spread = order_spread(args.orders, dataset, scores, entries, baseline, baseline_sets, tokens, thresholds, off["words"])
         exact["orders"] = spread
         open_checks = sum(1 for s in confident["settled"].values() if s is not None and s.how == "not settled")
         body.append([name, off["gate"], f"{off['read']}", f"{off['tokens']:,}", f"{off['seconds']:.1f}",

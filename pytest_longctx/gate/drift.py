@@ -116,15 +116,13 @@ class Drift:
     def text(self) -> str:
         """The kind with the figures it rests on, e.g. ``far-specific: control drift 0.000 within
         0.050 (near 0.167); far drift 1.803, +1.636 [1.48, 1.82] against near``."""
-        said = self._text()
-        if not said or not self.on_points:
-            return said
-        return said.replace("significantly ", "") + "; on the point estimates of 1 item (no paired interval to test them)"
-
-    def _text(self) -> str:
         kind = self.kind
         if not kind:
             return ""
+        said = self._text(kind, "" if self.on_points else "significantly ")
+        return said + "; on the point estimates of 1 item (no paired interval to test them)" if self.on_points else said
+
+    def _text(self, kind: str, significantly: str) -> str:
         floor = "control" if self.control.reads else "near"
         level = f"{floor} drift {_n(self.floor.kl)} {'beyond' if self.general else 'within'} {self.threshold:.3f}"
         others = f"near {_n(self.near.kl)}" if self.control.reads else "no control reads"
@@ -133,13 +131,13 @@ class Drift:
         if kind == FAR_SPECIFIC:
             return f"{kind}: {level} ({others}); far drift {_n(self.far.kl)}, {excess}"
         if kind == GENERAL and not self.general:
-            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} beyond it and not significantly more than "
+            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} beyond it and not {significantly}more than "
                     f"the control drift ({excess})")
         if kind == GENERAL:
-            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} not significantly more than twice the "
+            return (f"{kind}: {level} ({others}); far drift {_n(self.far.kl)} not {significantly}more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
         if kind == BOTH:
-            return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} significantly more than twice the "
+            return (f"{kind}: {level} ({others}), and far drift {_n(self.far.kl)} {significantly}more than twice the "
                     f"{self.against} drift ({excess}; {doubled})")
         if not self.beyond(self.far):  # a failing row whose drift is within the threshold: the loss lies elsewhere
             return f"not located by drift: far drift {_n(self.far.kl)} within {self.threshold:.3f} ({floor} {_n(self.floor.kl)}, {others})"

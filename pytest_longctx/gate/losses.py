@@ -24,6 +24,10 @@ from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE
 from pytest_longctx.numbers import meets
 from pytest_longctx.scoring.scores_file import ScoresFile
 
+BEFORE_CHARS = 160
+AFTER_CHARS = 60
+FAR_CHARS = 200
+
 
 def rule_effect_loss(mine: dict, theirs: dict, min_effect: float = COUNT_NATS) -> tuple[float, float, float] | None:
     """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
@@ -84,10 +88,6 @@ def rules_losers(model_sets: dict, config: str, length: str, placement: str, fam
     found = [(cell["retained"], item_id) for item_id, cell in per_item.items() if cell["retained"] is not None and counts(cell)]
     found.sort()
     return [f"{item_id} retained {value:.2f}" for value, item_id in found[:top] if value < 1.0]
-
-BEFORE_CHARS = 160
-AFTER_CHARS = 60
-FAR_CHARS = 200
 
 
 @dataclass(frozen=True)

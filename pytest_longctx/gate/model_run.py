@@ -33,7 +33,7 @@ from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.identity import compare_judged
 from pytest_longctx.scoring.modes import choose_mode
-from pytest_longctx.scoring.pipeline import compute_sets, item_tokens, score_items
+from pytest_longctx.scoring.pipeline import compute_sets, item_entry, item_tokens, score_items
 from pytest_longctx.scoring.scores_file import (
     ScoresFile,
     UnknownLoss,
@@ -191,7 +191,7 @@ class GateRun:
             raise LongctxError(self.missing_baseline)
         try:
             for unit in units:
-                keys = {k for k in self.needed.get(unit, ()) if not self._is_scored(k)}
+                keys = {k for k in self.needed.get(unit, ()) if not self.is_read(k)}
                 if not self.read_all:
                     keys -= self.unread
                 if keys and self._sequential(unit):
@@ -203,7 +203,8 @@ class GateRun:
             self.failure = str(exc)
             raise
 
-    def _is_scored(self, key: ItemKey) -> bool:
+    def is_read(self, key: ItemKey) -> bool:
+        """Whether the item is scored in this run (read, or answered from the score cache)."""
         config, length, item_id = key
         return item_id in self.scores.scores.get(config, {}).get(length, {})
 
@@ -228,7 +229,7 @@ class GateRun:
         tokens = item_tokens(self.dataset.select(set(order)), self.scores.mode, tokenizer_of(backend))
 
         def score(key: ItemKey) -> dict[str, Any] | None:
-            if not self._is_scored(key):
+            if not self.is_read(key):
                 self._score({key}, backend, progress)
             return self._entry(key)
 
@@ -238,13 +239,11 @@ class GateRun:
 
     def _entry(self, key: ItemKey) -> dict[str, Any] | None:
         """A scored item's entry in its set's ``per_item``, against the baseline: the figures its checks count."""
-        config, length, item_id = key
-        single = compute_sets(self.dataset.select({key}), self.scores, self.baseline, self.thresholds.min_effect)
-        return single[config][length]["per_item"].get(item_id)
+        return item_entry(self.dataset, self.scores, self.baseline, key, self.thresholds.min_effect)
 
     def not_read(self, key: ItemKey) -> str | None:
         """Why sequential reading left an item unread (its test is skipped with it), or None."""
-        if key not in self.unread or self._is_scored(key):
+        if key not in self.unread or self.is_read(key):
             return None
         config, length, _ = key
         record = self.readings.get(unit_of(config), {})
@@ -311,7 +310,7 @@ class GateRun:
         done: dict[str, list[str]] = {}
         for config, by_length in self.dataset.configs.items():
             for length, items in by_length.items():
-                if items and all(self._is_scored((config, length, i.id)) or (config, length, i.id) in self.unread
+                if items and all(self.is_read((config, length, i.id)) or (config, length, i.id) in self.unread
                                  for i in items):
                     done.setdefault(config, []).append(length)
         return done
@@ -321,7 +320,7 @@ class GateRun:
         (in update mode the model is its own baseline), and every applicable verdict."""
         done = {c: n for c, n in self.complete().items() if configs is None or c in configs}
         keys = {k for k in self.fingerprints if k[1] in done.get(k[0], ())}
-        read = frozenset(k for k in keys if self._is_scored(k))
+        read = frozenset(k for k in keys if self.is_read(k))
         memo = (frozenset(keys), read)  # items are scored once, so complete sets never change
         if memo in self._evaluations:  # the cell and row tests of one set ask for the same numbers
             return self._evaluations[memo]
@@ -350,13 +349,12 @@ class GateRun:
         limit = self.thresholds.get(item_key(config, length, item_id), "item_drop")
         if drop is not None and drop > limit:
             problems.append(f"lost {drop:.3f} nats per scored token against the baseline (allowed {limit:g}, --longctx-item-max-drop)")
-        single = compute_sets(self.dataset.select({key}), self.scores, self.baseline, self.thresholds.min_effect)
         properties = {
             "targets": len(mine),
             "unaligned": unaligned,
             "nonfinite": nonfinite,
             "item_drop_nats": None if drop is None else round(drop, 6),
-            **single[config][length]["per_item"][item_id],
+            **(self._entry(key) or {}),
         }
         return problems, properties
 
@@ -373,7 +371,7 @@ class GateRun:
         if not any(True for _ in self.scores.items()):
             return "nothing was scored", None
         try:
-            dropped = dropped_items(self.baseline_path, self._is_scored) if self.baseline_path is not None else None
+            dropped = dropped_items(self.baseline_path, self.is_read) if self.baseline_path is not None else None
         except UnknownLoss as exc:
             return exc.reason, None
         except LongctxError as exc:  # a limit on reading set wrong (LONGCTX_MAX_FILE_BYTES=lots)

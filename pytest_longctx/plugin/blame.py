@@ -133,7 +133,7 @@ class BlameAfterGate:
         one of the blamed rows' items, however many of them sequential reading read here (blame's own first line
         says how many models it expects, and their time)."""
         keys = [(c, n, item.id) for c, n, item in self.items(rows).items()]
-        read = sum(1 for c, n, item_id in keys if item_id in self.run.scores.scores.get(c, {}).get(n, {}))
+        read = sum(map(self.run.is_read, keys))
         each = ("about this run's scoring time a model" if read == len(keys) else
                 f"every one of them (this run read {read}: sequential reading settled the verdicts sooner)")
         return (f"it scores at most {BUDGET} models (--budget) on these rows' {len(keys)} item{'' if len(keys) == 1 else 's'}, "

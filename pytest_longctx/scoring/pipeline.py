@@ -59,6 +59,13 @@ class Results:
         return ScoresFile(mode=self.mode, meta=self.meta, scores=self.scores.scores, rows=self.rows, sets=self.sets)
 
 
+def item_entry(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None, key: tuple[str, str, str],
+               min_effect: float = rules.COUNT_NATS) -> dict[str, Any] | None:
+    """One scored item's entry in its set's ``per_item``, computed from its scores alone (``compute_sets`` of it)."""
+    config, length, item_id = key
+    return compute_sets(dataset.select({key}), scores, reference, min_effect)[config][length]["per_item"].get(item_id)
+
+
 def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None,
                  min_effect: float = rules.COUNT_NATS) -> dict[str, dict[str, dict[str, Any]]]:
     """Metrics of every selected config and length from raw scores (and a reference's);

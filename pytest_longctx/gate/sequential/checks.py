@@ -30,7 +30,7 @@ def _digest(key: ItemKey) -> str:
     return hashlib.sha256("/".join(key).encode("utf-8")).hexdigest()
 
 
-def reading_order(keys: Iterable[ItemKey], within: Callable[[ItemKey], Any] = _digest) -> list[ItemKey]:
+def reading_order(keys: Iterable[ItemKey], within: Callable[[ItemKey], Any] | None = None) -> list[ItemKey]:
     """The items in the order they are read: each (config, length)'s by the digest of its key (``within``: another
     rank, e.g. a benchmark's random orders), the sets taken in turn, lengths shortest first and configs in the
     benchmark's order."""
@@ -40,7 +40,7 @@ def reading_order(keys: Iterable[ItemKey], within: Callable[[ItemKey], Any] = _d
     lengths = sorted_lengths([length for _, length in by_set])
     rank = {config: n for n, config in enumerate(ALL_CONFIGS)}
     sets = sorted(by_set, key=lambda s: (lengths.index(s[1]), rank.get(s[0], len(rank)), s[0]))
-    queues = [sorted(by_set[s], key=within) for s in sets]
+    queues = [sorted(by_set[s], key=within or _digest) for s in sets]
     order = []
     for turn in range(max(map(len, queues), default=0)):
         order.extend(queue[turn] for queue in queues if turn < len(queue))
@@ -216,7 +216,7 @@ class Selection:
 
 
 def checks_of(dataset: Dataset, baseline: Any, thresholds: Thresholds, tests: frozenset[str],
-              within: Callable[[ItemKey], Any] = _digest) -> tuple[list[Check], list[ItemKey]]:
+              within: Callable[[ItemKey], Any] | None = None) -> tuple[list[Check], list[ItemKey]]:
     """(the checks of the selected row and cell ``tests`` over ``dataset``, against ``baseline``; the order their
     items are read in, each set's by ``within``: ``reading_order``)."""
     baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
