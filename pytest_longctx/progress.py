@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Callable, Protocol, TextIO
 
 
 def clock_text(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Display(Protocol):
+    """What the engine shows its progress on: ``Progress``, or one part of a run's (``RunProgress.part``)."""
+
+    detail: Callable[[], str] | None
+
+    def advance(self, items: int = 0, tokens: int = 0) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Progress:
@@ -73,3 +83,44 @@ def labelled(label: str, stream: TextIO | None = None) -> Callable[[int, int], P
     """A factory of progress displays under ``label``: what the engine calls once it knows the
     items and tokens to come."""
     return lambda items, tokens: Progress(items, tokens, label=label, stream=stream)
+
+
+class RunProgress:
+    """One progress line for a run that reads its items in many parts (a gate reads unit by unit, and under
+    sequential reading a group at a time): each part's progress (``part``, what the engine makes) adds to the one
+    line, and the totals are the most the run may still read (``bound``), which shrinks as its checks settle."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+
+    def bound(self, items: int, tokens: int) -> None:
+        """The most the run may read, in all: what it has read and what it may still need."""
+        self.progress.total_items, self.progress.total_tokens = items, tokens
+
+    def part(self, items: int, tokens: int) -> Display:
+        """The engine's progress display of one part: its advances go to the run's line, and its close leaves it."""
+        return _Part(self.progress)
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+class _Part:
+    """One part's progress display, shown on the run's line."""
+
+    def __init__(self, whole: Progress):
+        self.whole = whole
+
+    @property
+    def detail(self) -> Callable[[], str] | None:
+        return self.whole.detail
+
+    @detail.setter
+    def detail(self, value: Callable[[], str] | None) -> None:
+        self.whole.detail = value
+
+    def advance(self, items: int = 0, tokens: int = 0) -> None:
+        self.whole.advance(items=items, tokens=tokens)
+
+    def close(self) -> None:
+        """A part ends; the run's line goes on."""

@@ -20,7 +20,7 @@ from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import read_options
+from pytest_longctx.gate.run_options import read_options
 from pytest_longctx.options.table import PYTEST, taken_by
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.modes import plan_reads

@@ -313,3 +313,14 @@ def test_architecture_names_every_module() -> None:
     assert unlisted_modules(architecture, ROOT / "pytest_longctx") == []
     # and it would notice one more
     assert unlisted_modules(architecture.replace("`modes`", "`nodes`"), ROOT / "pytest_longctx") == ["scoring/modes"]
+
+
+def test_the_table_of_checks_in_metrics_md_is_the_declared_specs() -> None:
+    """docs/metrics.md's table of checks is made from gate/specs.py: a check added, renamed or given another
+    default there and not here fails."""
+    from pytest_longctx.gate.specs import SPECS, checks_table
+
+    page = (ROOT / "docs" / "metrics.md").read_text()
+    block = page.split("<!-- checks -->\n", 1)[1].split("<!-- /checks -->", 1)[0]
+    assert block == checks_table()
+    assert all(f"| `{spec.name}` |" in block for spec in SPECS)

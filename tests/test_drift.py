@@ -15,10 +15,10 @@ from kit.models import perturbed
 from pytest_longctx.backends.base import ReadResult
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.gate.drift import BOTH, FAR_SPECIFIC, GENERAL, NONE, Drift, GroupDrift
+from pytest_longctx.gate.damage import BOTH, FAR_SPECIFIC, GENERAL, NONE, Drift, GroupDrift
+from pytest_longctx.gate.evaluation import evaluate
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import evaluate
-from pytest_longctx.metrics.drift import Block, item_reads, kl_k, pack, places
+from pytest_longctx.metrics.drift import Block, ItemDrift, ReadSums, item_reads, kl_k, pack, places
 from pytest_longctx.scoring.controls import CONTROL_READS, CONTROL_TOKENS
 from pytest_longctx.scoring.pipeline import compute_sets, score_sets
 from pytest_longctx.scoring.scores_file import load_scores, scores_from_json
@@ -240,8 +240,8 @@ def test_a_candidate_read_elsewhere_has_no_drift_and_says_so(qwen_model, qwen_to
                            progress=False)
     assert any(w.startswith("drift: 1 item(s) are read at other places than in the reference (facts/2k/f0)")
                for w in candidate.warnings)
-    assert "drift" not in candidate.sets["facts"]["2k"]["per_item"]["f0"]
-    assert "drift" in candidate.sets["facts"]["2k"]["per_item"]["f1"]
+    assert candidate.sets["facts"]["2k"]["per_item"]["f0"].drift is None
+    assert candidate.sets["facts"]["2k"]["per_item"]["f1"].drift is not None
 
 
 def test_the_drift_block_is_compact(baseline):
@@ -273,22 +273,25 @@ def test_on_one_item_the_damage_kind_rests_on_the_point_estimates_and_says_so(fi
     assert drift_of(far, near, control, None, None, against).kind in (NONE, GENERAL)  # more items, no interval: unshown
 
 
-def summary(far_kl: float, reads: int = 10) -> dict:
-    """One item's drift summary (metrics/drift.py item_summary) with mean far KL ``far_kl``."""
+def summary(far_kl: float, reads: int = 10) -> ItemDrift:
+    """One item's drift (metrics/drift.py item_drift) with mean far KL ``far_kl``."""
     def group(kl, n):
-        return {"reads": n, "kl": kl * n, "same_top1": n, "dlogp_reads": n, "dlogp": 0.0, "nonfinite": 0}
+        return ReadSums(reads=n, kl=kl * n, same_top1=n, dlogp_reads=n, dlogp=0.0, nonfinite=0)
 
-    return {"far": group(far_kl, reads), "near": group(0.0, 0), "control": group(0.0, reads)}
+    return ItemDrift(far=group(far_kl, reads), near=group(0.0, 0), control=group(0.0, reads))
 
 
 def drift_check(far_kls: list[float], **thresholds):
-    from pytest_longctx.gate.verdicts import drift_verdicts
-    from pytest_longctx.metrics.drift import pooled
+    from pytest_longctx.data.records import Kind
+    from pytest_longctx.gate.evaluation import Sides, drift_verdicts
+    from pytest_longctx.metrics.drift import set_drift
+    from pytest_longctx.metrics.item_figures import ItemFigures
     from pytest_longctx.metrics.rows import RowSource
 
-    per_item = {f"i{n}": {"drift": summary(kl)} for n, kl in enumerate(far_kls)}
-    sets = {"tool_calls": {"2k": {"drift": pooled(e["drift"] for e in per_item.values()), "per_item": per_item}}}
-    found, checks = drift_verdicts(ROW, RowSource("tool_calls", "far_accuracy", "2k"), sets, Thresholds(**thresholds), [])
+    per_item = {f"i{n}": ItemFigures(Kind.TOOL_CALLS, drift=summary(kl)) for n, kl in enumerate(far_kls)}
+    sets = {"tool_calls": {"2k": {"drift": set_drift([f.drift for f in per_item.values()]), "per_item": per_item}}}
+    found, checks = drift_verdicts(ROW, RowSource("tool_calls", "far_accuracy", "2k"), Sides(sets, sets, sets),
+                                   Thresholds(**thresholds), [])
     (check,) = checks
     return found, check
 

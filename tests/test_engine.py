@@ -153,3 +153,43 @@ def test_a_gate_of_the_model_its_baseline_was_made_from_is_answered_from_the_cac
     other = ScoreCache.for_backend(changed, tmp_path)
     score_items(changed, qwen_tokenizer, dataset, "ids", progress=False, cache=other, reference=baseline)
     assert other.hits == 0  # another model's answers are never served
+
+
+def test_a_unit_read_a_group_at_a_time_gives_a_full_reads_figures_and_forwards_no_more(qwen_model, qwen_tokenizer, data_dir):
+    """Sequential reading reads a unit a group of items at a time (scoring/groups.py), the prefix they all share
+    kept across the runs (engine.SharedPrefix): every read is the one reading the unit whole gives, bit for bit,
+    each run forwards what Groups.cost says, and together they forward the distinct prefix tokens of the unit, as
+    the whole read does; reading only some groups forwards less."""
+    from dataclasses import replace
+
+    from pytest_longctx.scoring.groups import Groups
+    from pytest_longctx.scoring.reads import Read, TargetReads
+
+    backend = TransformersBackend(qwen_model, qwen_tokenizer, chunk_size=64)
+    # every item behind one prefix (a system prompt, the tools), with a read inside it (a control read)
+    prefix = np.array(qwen_tokenizer.encode("You are a careful agent. Follow the rules below, and use the tools."))
+    plans = [replace(p, sequences=tuple(np.concatenate([prefix, s]) for s in p.sequences),
+                     targets=tuple(replace(t, reads=tuple(replace(r, pos=r.pos + len(prefix)) for r in t.reads)) for t in p.targets),
+                     controls=(TargetReads((Read(0, 5, int(prefix[5])),)),))
+             for p in plan_reads(load_dataset(data_dir, sets=["facts", "rules_en", "rules_cs"], lengths=["2k"]), "ids")]
+    keys = [(p.config, p.length, p.item.id) for p in plans]
+    whole = engine.run_reads(backend, plans)
+    requests, _ = engine.collect(plans)
+    distinct = {r.ids[:n].tobytes() for r in requests for n in range(1, len(r.ids) + 1)}
+    assert whole.forwarded == len(distinct)
+    groups = Groups.of(plans)
+    members: dict[int, list] = {}
+    for key in keys:
+        members.setdefault(groups.group[key], []).append(key)
+    assert 1 < len(members) < len(keys)  # a session's items (both languages) share it: fewer groups than items
+    assert groups.shared is not None and len(groups.shared.ids) >= len(prefix) and 4 in groups.shared.reads
+    forwarded, found = 0, {}
+    for n, chosen in enumerate(reversed(list(members.values()))):
+        run = engine.run_reads(backend, [groups.plans[k] for k in chosen], shared=groups.shared)
+        assert run.forwarded == groups.cost(chosen, first=n == 0)
+        forwarded += run.forwarded
+        found.update(zip(chosen, run.scores))
+    assert forwarded == whole.forwarded == groups.whole(keys)
+    assert [found[k] for k in keys] == whole.scores
+    some = list(members.values())[0]
+    assert groups.cost(some, first=True) < whole.forwarded

@@ -95,7 +95,7 @@ def test_no_sessions_in_a_folder_says_which_layouts_are_read(tmp_path):
 def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path, rows):
     from pytest_longctx.data.load import load_dataset
     from pytest_longctx.gate.model_run import GateRun
-    from pytest_longctx.gate.options import read_options
+    from pytest_longctx.gate.run_options import read_options
     from pytest_longctx.scoring.fingerprint import item_fingerprint
     from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.options import read_options
+from pytest_longctx.gate.run_options import read_options
 from pytest_longctx.options.backend_keys import BUILTIN, check_backend_settings
 from pytest_longctx.options.keys import KeyTable
 from pytest_longctx.options.table import COMMANDS, PYTEST, Option, taken_by

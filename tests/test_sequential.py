@@ -12,13 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_longctx.gate.sequential.bounds import KL_FLOOR
-from pytest_longctx.gate.sequential.checks import MEAN, OPEN, SHARE, Check, reading_order
-from pytest_longctx.gate.sequential.reading import CONFIDENT, EXACT, Reading, replay
-from pytest_longctx.gate.verdict import BOUNDS, FAIL, MOOT, NOT_SETTLED, PASS, READ_THROUGH, TESTED
+from pytest_longctx.gate.sequential.checks import Check, reading_order
+from pytest_longctx.gate.sequential.reading import Reading, replay
+from pytest_longctx.gate.specs import ACCURACY, ITEM, KL, RETAINED, Shape
+from pytest_longctx.gate.verdict import BOUNDS, FAIL, MOOT, NA_AT_START, NOT_SETTLED, PASS, READ_THROUGH, TESTED
 from pytest_longctx.metrics.confidence_sequence import Bettor, lower_bounds
+from pytest_longctx.options.table import Sequential
 
+EXACT, CONFIDENT = Sequential.EXACT, Sequential.CONFIDENT
+SHARE, MEAN = Shape.SHARE, Shape.MEAN
 ROUNDING = 1e-12
 NA = "n/a"
+SPECS = {"accuracy": ACCURACY, "kl": KL, "retained": RETAINED, "item_drop": ITEM}
 
 
 def naive_word(shape: str, figures: list[tuple[float, float]], threshold: float, baseline: float | None) -> str:
@@ -34,18 +39,29 @@ def naive_word(shape: str, figures: list[tuple[float, float]], threshold: float,
     return PASS if value >= threshold - ROUNDING else FAIL
 
 
-def check(key: str, metric: str, shape: str, threshold: float, caps: list[float], baseline: float | None = 0.5) -> Check:
+def check(key: str, metric: str, threshold: float, caps: list[float], baseline: float | None = 0.5,
+          base: float = 0.0, drop: float | None = None) -> Check:
     items = tuple(("facts", "2k", f"i{n}") for n in range(len(caps)))
-    at_most = shape == MEAN
-    return Check(key, metric, f"{key} {metric}", shape, threshold, at_most, 0.0 if at_most else baseline,
-                 None if at_most else 0.0, items, tuple(float(c) for c in caps), tuple(0.0 for _ in caps),
-                 drop=None)
+    spec = SPECS[metric]
+    return Check(key, spec, f"{key} {metric}", threshold, 0.0 if spec.at_most else baseline, items,
+                 tuple(float(c) for c in caps), tuple(base for _ in caps), drop=drop)
 
 
-def read_all(reading: Reading, figures: dict[tuple[str, str, str], dict[int, tuple[float, float]]]) -> Reading:
-    while (key := reading.next_item()) is not None:
-        reading.take(key, figures.get(key, {}))
-    return reading
+def reading(mode: Sequential, alpha: float | None, checks: list[Check], order: list, tokens: dict | None = None,
+            groups: dict | None = None) -> Reading:
+    """A reading of ``checks`` in ``order``, each item a group of its own (``groups``: else), each costing ``tokens``
+    (10 by default) alone."""
+    tokens = tokens if tokens is not None else {}
+    keys = {k for c in checks for k in c.items}
+    groups = groups if groups is not None else {k: n for n, k in enumerate(sorted(keys))}
+    return Reading(mode, alpha, checks, order, groups, lambda batch, first: sum(tokens.get(k, 10) for k in batch),
+                   sum(tokens.get(k, 10) for k in keys))
+
+
+def read_all(found: Reading, figures: dict[tuple[str, str, str], dict[int, tuple[float, float]]]) -> Reading:
+    while batch := found.next_batch():
+        found.take(batch, figures)
+    return found
 
 
 @st.composite
@@ -73,24 +89,24 @@ def gates(draw):
 @given(gates())
 def test_exact_gives_the_verdicts_of_reading_everything_in_any_order(gate):
     caps, reads, shares, means, threshold, kl_threshold, order, alpha = gate
-    accuracy = check("row", "accuracy", SHARE, threshold, caps)
-    drift = check("row", "kl", MEAN, kl_threshold, reads)
+    accuracy = check("row", "accuracy", threshold, caps)
+    drift = check("row", "kl", kl_threshold, reads)
     keys = accuracy.items
     figures = {keys[n]: {0: shares[n], 1: means[n]} for n in range(len(keys))}
-    reading = read_all(Reading(EXACT, alpha, [accuracy, drift], [keys[n] for n in order], {k: 10 for k in keys}), figures)
+    found = read_all(reading(EXACT, alpha, [accuracy, drift], [keys[n] for n in order]), figures)
     want = {"accuracy": naive_word(SHARE, shares, threshold, 0.5), "kl": naive_word(MEAN, means, kl_threshold, 0.0)}
     test_fails = FAIL in want.values()
     got_fails = False
-    for state in reading.states:
+    for state in found.states:
         settled, metric = state.settled, state.check.metric
         assert settled is not None
         if settled.how == BOUNDS:
             assert settled.word == want[metric], (metric, settled)
             assert not (alpha is not None and settled.word == FAIL)  # a FAIL under alpha needs every item
-        elif settled.how == READ_THROUGH:
-            assert settled.items == len(keys)
-            settled_word = want[metric]
-            got_fails |= settled_word == FAIL
+        elif settled.how in (READ_THROUGH, NA_AT_START):
+            assert settled.how == NA_AT_START or settled.items == len(keys)
+            assert settled.how == READ_THROUGH or want[metric] == NA
+            got_fails |= want[metric] == FAIL
             continue
         else:
             assert settled.how == MOOT and test_fails
@@ -98,46 +114,87 @@ def test_exact_gives_the_verdicts_of_reading_everything_in_any_order(gate):
         got_fails |= settled.word == FAIL
     assert got_fails == test_fails
     # the items it left unread could not change anything: the record replays to the same stops
-    again = replay(reading.record())
-    assert [s.settled for s in again.states] == [s.settled for s in reading.states]
+    again = replay(found.to_json())
+    assert [s.settled for s in again.states] == [s.settled for s in found.states]
 
 
 def test_a_clear_failure_is_settled_after_one_item():
     """Drift of 11 nats on the first of 8 items of 24 far reads each: no outcome of the other 7 brings the mean
     under 0.05, so the row fails having read one item, and its accuracy check is not needed."""
-    accuracy = check("row", "accuracy", SHARE, 0.85, [8] * 8)
-    drift = check("row", "kl", MEAN, 0.05, [24] * 8)
+    accuracy = check("row", "accuracy", 0.85, [8] * 8)
+    drift = check("row", "kl", 0.05, [24] * 8)
     keys = accuracy.items
-    reading = Reading(EXACT, None, [accuracy, drift], list(keys), {k: 2000 for k in keys})
-    reading.take(keys[0], {0: (7.0, 8.0), 1: (11.0 * 24, 24.0)})
-    assert reading.next_item() is None and reading.read == [keys[0]]
-    accuracy_state, drift_state = reading.states
+    found = reading(EXACT, None, [accuracy, drift], list(keys), {k: 2000 for k in keys})
+    found.take([keys[0]], {keys[0]: {0: (7.0, 8.0), 1: (11.0 * 24, 24.0)}})
+    assert found.next_batch() == [] and found.read == [keys[0]]
+    accuracy_state, drift_state = found.states
     assert (drift_state.settled.how, drift_state.settled.word, drift_state.settled.items) == (BOUNDS, FAIL, 1)
     assert drift_state.settled.tokens == 2000 and drift_state.settled.of_tokens == 16000
     assert accuracy_state.settled.how == MOOT
 
 
 def test_a_pass_needs_every_drift_read_and_an_open_check_every_item():
-    drift = check("row", "kl", MEAN, 0.05, [3, 3, 3])
-    retained = check("cell", "retained", OPEN, 0.9, [1, 1, 1])
+    drift = check("row", "kl", 0.05, [3, 3, 3])
+    retained = check("cell", "retained", 0.9, [1, 1, 1])
     keys = drift.items
-    reading = Reading(EXACT, None, [drift, retained], list(keys), {})
+    found = reading(EXACT, None, [drift, retained], list(keys))
     for n, key in enumerate(keys[:2]):
-        reading.take(key, {0: (0.0, 3.0), 1: (1.0, 1.0)})
-        assert reading.next_item() == keys[n + 1]  # zero drift so far, but the next item may drift without limit
-    reading.take(keys[2], {0: (0.0, 3.0), 1: (1.0, 1.0)})
-    assert [s.settled.how for s in reading.states] == [READ_THROUGH, READ_THROUGH]
+        found.take([key], {key: {0: (0.0, 3.0), 1: (1.0, 1.0)}})
+        assert found.next_batch() == [keys[n + 1]]  # zero drift so far, but the next item may drift without limit
+    found.take([keys[2]], {keys[2]: {0: (0.0, 3.0), 1: (1.0, 1.0)}})
+    assert [s.settled.how for s in found.states] == [READ_THROUGH, READ_THROUGH]
+
+
+def test_a_check_no_item_can_count_in_is_settled_before_anything_is_read():
+    """A rules cell whose baseline counts no target, drift without far reads, and an item whose baseline counts
+    nothing are n/a whatever is read: a unit of nothing else is not read at all."""
+    retained = check("cell", "retained", 0.9, [0, 0, 0], baseline=None)
+    drift = check("row", "kl", 0.05, [0, 0, 0])
+    own = Check("facts-2k-i0", ITEM, "facts-2k-i0", 1.0, None, (("facts", "2k", "i0"),), (0.0,))
+    found = reading(EXACT, None, [retained, drift, own], list(retained.items))
+    assert found.next_batch() == [] and found.read == []
+    assert [s.settled.how for s in found.states] == [NA_AT_START] * 3
+    assert all(s.settled.word is None for s in found.states)
+
+
+def test_an_items_own_check_is_read_and_judged_on_its_loss():
+    """An item whose baseline counts something has an open check until it is read, whatever the rows say: its
+    loss decides it (a NaN, infinity, fails it)."""
+    keys = tuple(("facts", "2k", f"i{n}") for n in range(3))
+    drift = check("row", "kl", 0.05, [4, 4, 4])
+    own = [Check(f"facts-2k-i{n}", ITEM, f"i{n}", 1.0, None, (key,), (1.0,)) for n, key in enumerate(keys)]
+    found = reading(EXACT, None, [drift, *own], list(keys))
+    losses = {keys[0]: 0.5, keys[1]: 1.5, keys[2]: math.inf}
+    found.take([keys[0]], {keys[0]: {0: (400.0, 4.0), 1: (losses[keys[0]], 1.0)}})  # drift fails at once
+    assert found.states[0].settled.word == FAIL
+    read_all(found, {k: {n + 1: (loss, 1.0)} for n, (k, loss) in enumerate(losses.items())})
+    assert found.read == list(keys)  # every item read: each one's own check needed it
+    assert [s.settled.how for s in found.states[1:]] == [READ_THROUGH] * 3
+    assert [s.check.word(s.read[0][0]) for s in found.states[1:]] == [PASS, FAIL, FAIL]
+
+
+def test_items_of_one_group_are_read_together_and_the_tokens_counted_once():
+    """Items that share a prefix are one group: the first needed item brings the group's other items (those no
+    check counts too, ``s4``), in one step whose cost the reading's cost function gives (here: a shared 100 and
+    10 of each's own)."""
+    keys = tuple(("rules_en", "2k", f"s{n}") for n in range(5))
+    follow = Check("rules_en-follow-2k", SPECS["accuracy"], "follow", 0.5, 0.5, keys[:4], (1.0,) * 4, (0.0,) * 4)
+    groups = {keys[0]: 0, keys[1]: 1, keys[2]: 0, keys[3]: 1, keys[4]: 0}
+    found = Reading(EXACT, None, [follow], list(keys[:4]), groups, lambda batch, first: 100 + 10 * len(batch), 250)
+    assert found.next_batch() == [keys[0], keys[2], keys[4]]
+    found.take([keys[0], keys[2], keys[4]], {k: {0: (0.0, 1.0)} for k in keys})  # 0 to 0.5 still possible: open
+    assert found.steps[0].tokens == 130 and found.next_batch() == [keys[1], keys[3]]
 
 
 def test_a_read_below_the_kl_floor_keeps_the_check_open():
-    drift = check("row", "kl", MEAN, 0.05, [10, 10, 10])
+    drift = check("row", "kl", 0.05, [10, 10, 10])
     keys = drift.items
-    reading = Reading(EXACT, None, [drift], list(keys), {})
-    reading.take(keys[0], {0: (10 * KL_FLOOR * 2 + 20.0, 10.0)})  # 2 nats a read: a FAIL by the bounds
-    assert reading.states[0].settled.word == FAIL
-    broken = Reading(EXACT, None, [drift], list(keys), {})
-    broken.take(keys[0], {0: (10 * KL_FLOOR * 2, 10.0)})  # below the floor: the bound does not hold
-    assert broken.states[0].settled is None and broken.next_item() == keys[1]
+    found = reading(EXACT, None, [drift], list(keys))
+    found.take([keys[0]], {keys[0]: {0: (10 * KL_FLOOR * 2 + 20.0, 10.0)}})  # 2 nats a read: a FAIL by the bounds
+    assert found.states[0].settled.word == FAIL
+    broken = reading(EXACT, None, [drift], list(keys))
+    broken.take([keys[0]], {keys[0]: {0: (10 * KL_FLOOR * 2, 10.0)}})  # below the floor: the bound does not hold
+    assert broken.states[0].settled is None and broken.next_batch() == [keys[1]]
 
 
 def test_the_reading_order_interleaves_lengths_and_mixes_each_set():
@@ -261,15 +318,13 @@ def test_peeking_at_a_fixed_interval_stops_wrong_where_the_confidence_sequence_d
 
 
 def test_confident_settles_clear_cases_and_says_not_settled_otherwise():
-    drift = check("row", "kl", MEAN, 0.05, [20] * 8)
-    accuracy = check("row2", "accuracy", SHARE, 0.85, [8] * 8, baseline=0.9)
-    accuracy = Check(accuracy.key, accuracy.metric, accuracy.label, SHARE, 0.85, False, 0.9, 0.0, accuracy.items,
-                     accuracy.caps, tuple(7.0 for _ in accuracy.caps), drop=0.05)
+    drift = check("row", "kl", 0.05, [20] * 8)
+    accuracy = check("row2", "accuracy", 0.85, [8] * 8, baseline=0.9, base=7.0, drop=0.05)
     keys = drift.items
-    reading = Reading(CONFIDENT, None, [drift, accuracy], list(keys), {})
-    reading.take(keys[0], {0: (11.0 * 20, 20.0), 1: (7.0, 8.0)})  # 11 nats of drift: far beyond 0.05
-    drift_state, accuracy_state = reading.states
+    found = reading(CONFIDENT, None, [drift, accuracy], list(keys))
+    found.take([keys[0]], {keys[0]: {0: (11.0 * 20, 20.0), 1: (7.0, 8.0)}})  # 11 nats of drift: far beyond 0.05
+    drift_state, accuracy_state = found.states
     assert (drift_state.settled.how, drift_state.settled.word, drift_state.settled.items) == (TESTED, FAIL, 1)
     assert "e-value" in drift_state.settled.detail
-    read_all(reading, {k: {1: (7.0, 8.0)} for k in keys[1:]})  # as good as the baseline on every item: no test can
+    read_all(found, {k: {1: (7.0, 8.0)} for k in keys[1:]})  # as good as the baseline on every item: no test can
     assert accuracy_state.settled.how == NOT_SETTLED and accuracy_state.settled.items == 8  # show it within 0.05 of it

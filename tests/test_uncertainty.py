@@ -12,23 +12,25 @@ import pytest
 from kit.needs import needs
 from kit.runs import gate_summary, with_and_without_xdist
 
+from pytest_longctx.data.records import Kind
 from pytest_longctx.gate import uncertainty
+from pytest_longctx.gate.evaluation import evaluate
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.uncertainty import Sample, mcnemar, needed_items
-from pytest_longctx.gate.verdicts import evaluate
+from pytest_longctx.metrics.facts import Recall
+from pytest_longctx.metrics.item_figures import ItemFigures
 
 ROW = "Facts recalled at 2k tokens"
 
 
 def facts_sets(flags: dict[str, list[bool | None]]) -> dict:
-    """A facts set at 2k as ``metrics/facts.py`` makes it, from per-query recall flags per item."""
+    """A facts set at 2k as scoring/pipeline.py makes it, from per-query recall flags per item."""
     per_item = {}
     for item_id, hits in flags.items():
         scored = [h for h in hits if h is not None]
-        per_item[item_id] = {"scored": len(scored), "recalled": sum(scored), "query_accuracy": sum(scored) / len(scored),
-                             "mean_logprob": None, "target_hits": list(hits)}
-    scored = sum(e["scored"] for e in per_item.values())
-    recalled = sum(e["recalled"] for e in per_item.values())
+        per_item[item_id] = ItemFigures(Kind.FACTS, recall=Recall(len(scored), sum(scored), None, tuple(hits)))
+    scored = sum(f.recall.scored for f in per_item.values())
+    recalled = sum(f.recall.recalled for f in per_item.values())
     return {"facts": {"2k": {"query_accuracy": recalled / scored, "per_item": per_item}}}
 
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out)], inputs=[("BASELINE", args.baseline), ("RESULTS", args.results)])
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
-    evaluated = {config: {length: metrics.get("per_item", {}) for length, metrics in by_length.items()}
+    evaluated = {config: {length: metrics["per_item"] for length, metrics in by_length.items()}
                  for config, by_length in comparison.evaluation.sets.items()}
     thresholds.check_patterns(check_keys(evaluated))  # a pattern naming nothing is refused, as by the plugin
     report = render(comparison, args.format, args.top)

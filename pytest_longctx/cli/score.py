@@ -3,35 +3,41 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend, close, tokenizer_missing
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.gate.evaluation import evaluate
+from pytest_longctx.gate.gate_session import unit_of
 from pytest_longctx.gate.keys import dataset_keys
-from pytest_longctx.gate.sequential.checks import checks_of
-from pytest_longctx.gate.sequential.reading import OFF, Reading, annotate, read, totals, totals_text
+from pytest_longctx.gate.sequential.driver import read_unit
+from pytest_longctx.gate.sequential.reading import Reading, totals
+from pytest_longctx.gate.specs import ITEM
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import evaluate
+from pytest_longctx.metrics.item_figures import ItemFigures
 from pytest_longctx.metrics.rows import headline
 from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import SCORE
+from pytest_longctx.options.table import SCORE, Sequential
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.reports.format import table, write_json
 from pytest_longctx.reports.text import SETTLED_HEADERS, rows_table, settled_rows
 from pytest_longctx.scoring.cache import ScoreCache
+from pytest_longctx.scoring.engine import how_read
 from pytest_longctx.scoring.fingerprint import data_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.groups import Groups
 from pytest_longctx.scoring.identity import compare_judged
 from pytest_longctx.scoring.modes import choose_mode
 from pytest_longctx.scoring.pipeline import (
     Results,
     compute_sets,
-    item_tokens,
+    item_entry,
     needed_fingerprints,
+    planned_reads,
+    read_plans,
     require_finite,
-    score_items,
     score_sets,
 )
 from pytest_longctx.scoring.scores_file import (
@@ -61,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
     reference = load_scores(args.reference_scores) if args.reference_scores else None
     backend, tokenizer = load_backend(args.model, args.backend, args.dtype, args.device, args.backend_option,
                                       args.trust_remote_code, kv_press=args.kv_press)
-    reading = None
+    readings: dict[str, Reading] = {}
     try:
         cache = ScoreCache.for_backend(backend, args.cache_dir)
-        if args.sequential != OFF and reference is not None:
-            results, reading = _read_sequentially(args, backend, tokenizer, dataset, reference, cache)
+        if args.sequential != Sequential.OFF and reference is not None:
+            results, readings = _read_sequentially(args, backend, tokenizer, dataset, reference, cache)
         else:
             results = score_sets(backend, tokenizer, dataset, mode=args.mode, reference=reference, progress=not args.quiet,
                                  cache=cache, beyond_context=args.allow_beyond_context, min_effect=args.min_effect)
@@ -77,13 +83,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
     print(rows_table(results.rows))
     print(f"mode: {results.mode}; reference: {results.reference or 'none (the model is its own)'}")
-    if reading is not None:
-        print(_settled_table(results, dataset, reference, reading, args.min_effect))
+    if readings:
+        print(_settled_table(results, dataset, reference, readings, args.min_effect))
     if args.out:
         found = results.to_json()
-        if reading is not None:
-            record = reading.record()
-            found["sequential"] = {"totals": totals([record]), "units": {"all": record}}
+        if readings:
+            found["sequential"] = {"totals": totals(readings.values()).to_json(),
+                                   "units": {unit: reading.to_json() for unit, reading in readings.items()}}
         write_json(args.out, found)
     if args.save_scores:
         scored = {(config, length, item_id) for config, length, item_id, _ in results.scores.items()}
@@ -98,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_sequential(args: argparse.Namespace) -> None:
     """--sequential exact or confident judges against --reference_scores and reads only part of the selection."""
-    if args.sequential == OFF:
+    if args.sequential == Sequential.OFF:
         return
     if not args.reference_scores:
         raise LongctxError(f"--sequential {args.sequential}: it stops once the checks against a reference are settled; "
@@ -109,47 +115,56 @@ def _check_sequential(args: argparse.Namespace) -> None:
 
 
 def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: object, dataset: Dataset,
-                       reference: ScoresFile, cache: ScoreCache | None) -> tuple[Results, Reading]:
-    """Score items one at a time until every row and cell against ``reference`` is settled, at the gate's default
-    thresholds (gate/sequential/); the results hold what was read."""
+                       reference: ScoresFile, cache: ScoreCache | None) -> tuple[Results, dict[str, Reading]]:
+    """Read the items unit by unit, a group at a time, until every row and cell against ``reference`` is settled, at
+    the gate's default thresholds (gate/sequential/driver.py, as the gate reads); the results hold what was read."""
     fallback: list[str] = []
     mode = choose_mode(args.mode, tokenizer, dataset, fallback, missing=tokenizer_missing(backend))
     check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset))
     thresholds = Thresholds(min_effect=args.min_effect)
-    checks, order = checks_of(dataset, reference, thresholds, frozenset(dataset_keys(dataset)))
-    scores, notes = ScoresFile(mode=mode, meta={}), []
+    notes: list[str] = []
+    plans = planned_reads(backend, tokenizer, dataset, mode, reference, notes, args.allow_beyond_context)
+    scores, forwarded = ScoresFile(mode=mode, meta={}), [0]
+    # the rows and cells, as the gate has them: an item's own check is a test of the gate's
+    tests = frozenset(key for key, metrics in dataset_keys(dataset).items() if ITEM.threshold not in metrics)
+    readings = {}
+    for unit in dict.fromkeys(unit_of(config) for config in dataset.configs):  # read unit by unit, as the gate reads
+        groups = Groups.of([p for p in plans if unit_of(p.config) == unit], how_read(backend))
 
-    def score(keys: set) -> None:
-        part = score_items(backend, tokenizer, dataset.select(keys), mode, not args.quiet, cache=cache,
-                           beyond_context=args.allow_beyond_context, reference=reference, notes=notes)
-        scores.meta = scores.meta or part.meta
-        for config, length, item_id, found in part.items():
-            scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = found
+        def read(batch: Sequence[ItemKey], groups: Groups = groups) -> dict[ItemKey, ItemFigures]:
+            scored = read_plans(backend, tokenizer, dataset.select(set(batch)), mode, [groups.plans[k] for k in batch],
+                                not args.quiet, cache=cache, notes=notes, shared=groups.shared)
+            scores.meta = scores.meta or scored.scores.meta
+            forwarded[0] += scored.forwarded
+            for config, length, item_id, found in scored.scores.items():
+                scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = found
+            return {key: item_entry(dataset, scores, reference, key, args.min_effect) for key in batch}
 
-    def entry(key: tuple[str, str, str]) -> object:
-        score({key})
-        return compute_sets(dataset.select({key}), scores, reference, args.min_effect)[key[0]][key[1]]["per_item"].get(key[2])
-
-    uncounted = {(c, n, item.id) for c, n, item in dataset.items()} - set(order)
-    if uncounted:
-        score(uncounted)
-    reading = read(args.sequential, None, checks, order, item_tokens(dataset.select(set(order)), mode, tokenizer), entry)
+        selection = dataset.select(set(groups.plans))
+        readings[unit] = read_unit(Sequential(args.sequential), thresholds, selection, reference,
+                                   compute_sets(selection, reference, None, args.min_effect), tests, groups, read)
     scored = [(c, n, i, s.fingerprint) for c, n, i, s in scores.items()]
     scores.meta = {**scores.meta, "data": data_fingerprint(scored), **({"mode_fallback": fallback[0]} if fallback else {})}
     sets = compute_sets(dataset.select({(c, n, i) for c, n, i, _ in scored}), scores, reference, args.min_effect)
     rows, sources = headline(sets)
     warnings = compare_judged(reference.meta, scores.meta).warnings + notes
-    return Results(rows, sources, sets, mode, scores.meta, scores, reference.path, warnings, args.min_effect), reading
+    return Results(rows, sources, sets, mode, scores.meta, scores, reference.path, warnings, args.min_effect,
+                   forwarded[0], sum(r.whole for r in readings.values())), readings
 
 
-def _settled_table(results: Results, dataset: Dataset, reference: ScoresFile, reading: Reading, min_effect: float) -> str:
-    """What was read, and how each check was settled (its verdict against the reference over the whole selection)."""
-    evaluation = evaluate(results.sets, compute_sets(dataset, reference, None, min_effect), Thresholds(min_effect=min_effect))
-    record = reading.record()
-    annotate(evaluation.verdicts, [record])
-    found = totals([record])
+def _settled_table(results: Results, dataset: Dataset, reference: ScoresFile, readings: dict[str, Reading],
+                   min_effect: float) -> str:
+    """What was read, and how each check was settled (its verdict against the reference, paired over the items
+    read; the thresholds from the reference over the whole selection)."""
+    read = dataset.select({(c, n, i) for c, n, i, _ in results.scores.items()})
+    evaluation = evaluate(results.sets, compute_sets(read, reference, None, min_effect), Thresholds(min_effect=min_effect),
+                          compute_sets(dataset, reference, None, min_effect))
+    settled = {found: how for reading in readings.values() for found, how in reading.settlings().items()}
+    for verdict in evaluation.verdicts:
+        verdict.settling = settled.get((verdict.key, verdict.metric), verdict.settling)
+    found = totals(readings.values())
     assert found is not None
-    said = totals_text(found).replace("--longctx-sequential", "--sequential")
+    said = found.text().replace("--longctx-sequential", "--sequential")
     return f"{said}:\n{table(SETTLED_HEADERS, settled_rows(evaluation))}"
 
 

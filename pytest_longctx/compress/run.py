@@ -33,7 +33,7 @@ from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, ItemKey
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.gate_session import Case, Progress
 from pytest_longctx.gate.keys import item_key
-from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.verdict import Verdict
 from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
 from pytest_longctx.numbers import meets

@@ -35,13 +35,24 @@ class Dataset:
                 for item in items:
                     yield config, length, item
 
-    def select(self, keys: set[ItemKey]) -> Dataset:
-        """The items whose (config, length, id) is in ``keys``, in the same order."""
+    def select(self, keys: set[ItemKey], keep: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset()) -> Dataset:
+        """The items whose (config, length, id) is in ``keys``, in the same order; the sets (config, length) in
+        ``keep`` are there even when none of their items is chosen."""
         chosen = Dataset(source=self.source, files=self.files)
-        for config, length, item in self.items():
-            if (config, length, item.id) in keys:
-                chosen.configs.setdefault(config, {}).setdefault(length, []).append(item)
+        for config, by_length in self.configs.items():
+            for length, items in by_length.items():
+                picked = [item for item in items if (config, length, item.id) in keys]
+                if picked or (config, length) in keep:
+                    chosen.configs.setdefault(config, {})[length] = picked
         return chosen
+
+    def item(self, key: ItemKey) -> Item:
+        """The item ``key`` names (KeyError when the selection has none)."""
+        config, length, item_id = key
+        found = next((item for item in self.configs.get(config, {}).get(length, ()) if item.id == item_id), None)
+        if found is None:
+            raise KeyError(key)
+        return found
 
     @property
     def lengths(self) -> list[str]:

@@ -9,6 +9,7 @@ They are optional: without them only the ``text`` mode can score an item.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 if TYPE_CHECKING:  # token ids are numpy arrays; the records are made without importing it
@@ -16,6 +17,27 @@ if TYPE_CHECKING:  # token ids are numpy arrays; the records are made without im
 
 Span = tuple[int, int]
 ItemKey = tuple[str, str, str]  # config, length (or split), item id: an item across the data
+
+
+class Name(str, Enum):
+    """A name the files and reports write as its text (``facts``), typed in the code (``Kind.FACTS``): a
+    misspelt member fails where it is written, not as a silent miss in a lookup."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Kind(Name):
+    """The metric family of a config (``config_kind``): what its items hold and how they are scored."""
+
+    FACTS = "facts"
+    TOOL_CALLS = "tool_calls"
+    RULES = "rules"
+    FAITHFULNESS = "faithfulness"
+
 
 CONFIGS = ("facts", "tool_calls", "rules_en", "rules_cs", "rules_de")  # the agent benchmark's, split by length
 RULES_CONFIGS = ("rules_en", "rules_cs", "rules_de")
@@ -167,10 +189,10 @@ def session_text(messages: Sequence[Message]) -> str:
 Item = Union[FactItem, ToolItem, RuleItem, FaithfulnessItem]
 
 
-def config_kind(config: str) -> str:
+def config_kind(config: str) -> Kind:
     """The metric family of a config: ``facts``, ``tool_calls``, ``rules`` or ``faithfulness``."""
     if config in RULES_CONFIGS:
-        return "rules"
+        return Kind.RULES
     if config in ("facts", "tool_calls", FAITHFULNESS):
-        return config
+        return Kind(config)
     raise ValueError(f"unknown config {config!r}; known: {', '.join(ALL_CONFIGS)}")

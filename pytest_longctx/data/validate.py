@@ -15,7 +15,7 @@ from pytest_longctx.data.builtin.fit import Encoding, SegmentEncoder
 from pytest_longctx.data.builtin.rules import mention_pattern
 from pytest_longctx.data.lengths import length_tokens
 from pytest_longctx.data.load import load_dataset
-from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, FAR_TOKENS, FactItem, Item, RuleItem, ToolItem, config_kind
+from pytest_longctx.data.records import ALL_CONFIGS, FAITHFULNESS, FAR_TOKENS, FactItem, Item, Kind, RuleItem, ToolItem, config_kind
 from pytest_longctx.errors import LongctxError
 
 CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
@@ -194,9 +194,9 @@ def check_item(config: str, length: str, item: Item, encoder: SegmentEncoder, wh
     for (field, _, stored), encoding in zip(texts, encodings):
         _ids(check, field, stored, encoding, length_tokens(length) + 1)
     kind = config_kind(config)
-    if kind == "facts":
+    if kind == Kind.FACTS:
         _facts(item, check, encodings[0])
-    elif kind == "tool_calls":
+    elif kind == Kind.TOOL_CALLS:
         _tool_calls(item, check, encodings[0])
     else:
         _rules(item, check, (encodings[0], encodings[1]), encoder)

@@ -7,17 +7,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.data.records import config_kind
+from pytest_longctx.data.records import Kind, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.distance import KINDS
+from pytest_longctx.gate.evaluation import Evaluation, evaluate
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.results_file import ResultsFile, find_data
-from pytest_longctx.gate.sequential.reading import totals
+from pytest_longctx.gate.sequential.reading import Totals, totals
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdict import Verdict, verdict_word
-from pytest_longctx.gate.verdicts import Evaluation, Sets, evaluate
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
+from pytest_longctx.metrics.item_figures import Sets, sets_from_json, sets_json
 from pytest_longctx.scoring.identity import compare_judged, header
 from pytest_longctx.scoring.pipeline import compute_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
@@ -39,7 +40,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)  # the run's and the comparison's (a compressed baseline, a small selection)
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
-    sequential: dict[str, Any] | None = None  # what sequential reading read of the selection (gate/sequential/ totals)
+    sequential: Totals | None = None  # what sequential reading read of the selection (gate/sequential/ totals)
 
     @property
     def failing(self) -> list[Verdict]:
@@ -67,7 +68,7 @@ class Comparison:
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
             "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
             "verdicts": evaluation.verdicts_json(),
-            "sets": evaluation.sets, "baseline_sets": evaluation.baseline_sets,
+            "sets": sets_json(evaluation.sets), "baseline_sets": sets_json(evaluation.baseline_sets),
             "items": [{"key": i.key, **asdict(i), "passed": i.passed} for i in shown(self.items)],
             "targets": [{"where": t.where, **asdict(t)} for t in shown(self.targets)],
             "counts": {"items": len(self.items), "failing_items": len(self.failing_items), "targets": len(self.targets)},
@@ -115,7 +116,7 @@ def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets
         raise LongctxError(f"results {results.path}: a scores file without metrics; {recompute}")
     if baseline.sets is None:
         raise LongctxError(f"baseline {baseline.path}: holds no metrics (made by --save_scores); {recompute}")
-    baseline_sets: Sets = {}
+    chosen: dict[str, dict[str, Any]] = {}
     for config, by_length in results.sets.items():
         for length, metrics in by_length.items():
             theirs = baseline.sets.get(config, {}).get(length)
@@ -124,8 +125,15 @@ def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets
             if set(theirs["per_item"]) != set(metrics["per_item"]):
                 raise LongctxError(f"baseline {baseline.path} and results {results.path}: their {config}/{length} "
                                    f"metrics cover different items; {recompute}")
-            baseline_sets.setdefault(config, {})[length] = theirs
-    return results.sets, baseline_sets
+            chosen.setdefault(config, {})[length] = theirs
+    found = []
+    for path, stored in ((results.path, results.sets), (baseline.path, chosen)):
+        try:
+            found.append(sets_from_json(stored))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LongctxError(f"{path}: its stored metrics lack an item's figure ({exc}; written by another version of "
+                               f"pytest-longctx); {recompute}") from None
+    return found[0], found[1]
 
 
 def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, thresholds: Thresholds) -> Comparison:
@@ -151,7 +159,7 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
         baseline_sets = compute_sets(dataset, baseline, None, thresholds.min_effect)
     else:
         sets, baseline_sets = _stored_sets(results, baseline)
-        if any(config_kind(c) == "rules" for c in sets):
+        if any(config_kind(c) == Kind.RULES for c in sets):
             notes.append(f"rules metrics as stored in {results.path}, measured against "
                          f"{results.reference or 'the model itself'}")
     items, targets = losses(results.scores, baseline, sets, baseline_sets, thresholds, dataset)

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_che
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.data.records import RULES_CONFIGS, ItemKey
-from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.run_options import GateOptions
 
 if TYPE_CHECKING:  # the verdicts import numpy, and every pytest run loads the plugin's hooks, which import this
     from pytest_longctx.gate.verdict import Verdict
-    from pytest_longctx.gate.verdicts import Sets
+    from pytest_longctx.metrics.item_figures import Sets
 
 Progress = Callable[[int, int], Any] | bool  # a factory of progress displays; False: none
 
@@ -66,7 +66,7 @@ def unit_of(config: str) -> str:
 class GateEvaluation(Protocol):
     """What an evaluation gives the generated tests and ``longctx_results``: the verdict of
     every check of what is complete, and the sets they were computed from (the model gate's
-    ``gate.verdicts.Evaluation``, the compressor gate's ``compress.run.CompressionEvaluation``)."""
+    ``gate.evaluation.Evaluation``, the compressor gate's ``compress.run.CompressionEvaluation``)."""
 
     @property
     def verdicts(self) -> list[Verdict]: ...

@@ -4,23 +4,25 @@ text around each target when the items are at hand.
 A target's loss, in nats: facts and tool calls, the log-probability lost (the mean over
 the target's tokens); rules, the rule effect lost, ``eff_ref - eff`` in the direction
 of the reference's effect, over counted targets only (``|eff_ref| >= 1`` nat). An
-item's loss is ``item_drop``, the figure the gate judges an item by, so the numbers here
+item's loss is ``item_loss`` (metrics/item_figures.py), the figure the gate judges an item by, so the numbers here
 are the ones it judged; a failing row's message names the items that lost the most
 (``accuracy_losers``, ``rules_losers``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.data.records import FactItem, Item, RuleItem, ToolItem, config_kind
+from pytest_longctx.data.records import FactItem, Item, Kind, RuleItem, ToolItem, config_kind
 from pytest_longctx.gate.keys import item_key
+from pytest_longctx.gate.specs import ITEM, RETAINED
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdict import verdict_word
+from pytest_longctx.metrics.item_figures import Sets, item_loss
 from pytest_longctx.metrics.raw import Record, is_scored, mean
 from pytest_longctx.metrics.rows import RowSource
-from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE
+from pytest_longctx.metrics.rules import COUNT_NATS, FOLLOW_SHARE, effect_loss
 from pytest_longctx.numbers import meets
 from pytest_longctx.scoring.scores_file import ScoresFile
 
@@ -29,65 +31,31 @@ AFTER_CHARS = 60
 FAR_CHARS = 200
 
 
-def rule_effect_loss(mine: dict, theirs: dict, min_effect: float = COUNT_NATS) -> tuple[float, float, float] | None:
-    """(rule effect lost in the direction of the reference's effect, eff_ref, eff) of one
-    rules target scored on both sides; None when the reference's effect is too small to count."""
-    eff = mine["score_with"] - mine["score_without"]
-    eff_ref = theirs["score_with"] - theirs["score_without"]
-    if abs(eff_ref) < min_effect:
-        return None
-    return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
+OWN_METRIC = {Kind.FACTS: "query accuracy", Kind.FAITHFULNESS: "query accuracy", Kind.TOOL_CALLS: "far accuracy",
+              Kind.RULES: RETAINED.name}  # what each kind's item is judged by in the reports (ItemFigures.own_value)
 
 
-def item_drop(config: str, mine: list[dict], theirs: list[dict] | None, min_effect: float = COUNT_NATS) -> float | None:
-    """Mean loss of one item against the baseline, in nats: facts and tool calls, the
-    log-probability lost per scored token; rules, the rule effect lost per counted target."""
-    if theirs is None:
-        return None
-    losses = []
-    for a, b in zip(mine, theirs):
-        if not (is_scored(a) and is_scored(b)):
-            continue
-        if config_kind(config) == "rules":
-            counted = rule_effect_loss(a, b, min_effect)
-            if counted is not None:
-                losses.append(counted[0])
-        else:
-            losses.extend(lb - la for la, lb in zip(a["logprobs"], b["logprobs"]))
-    return sum(losses) / len(losses) if losses else None
-
-
-def item_metric(config: str, entry: dict[str, Any]) -> tuple[str, float | None]:
-    """An item's headline metric in a set's ``per_item`` (facts-like configs: queries recalled)."""
-    kind = config_kind(config)
-    if kind == "tool_calls":
-        return "far accuracy", entry["far"]["accuracy"]
-    if kind == "rules":
-        return "retained", entry["retained"]
-    return "query accuracy", entry["query_accuracy"]
-
-
-def accuracy_losers(source: RowSource, model_sets: dict, baseline_sets: dict, top: int = 3) -> list[str]:
+def accuracy_losers(source: RowSource, model_sets: Sets, baseline_sets: Sets, top: int = 3) -> list[str]:
     """Items whose accuracy fell the most (facts: queries recalled; tool calls: far targets)."""
     config, length = source.config, source.length
     mine, theirs = model_sets[config][length]["per_item"], baseline_sets[config][length]["per_item"]
-
     drops = []
-    for item_id, entry in mine.items():
-        a, b = item_metric(config, entry)[1], item_metric(config, theirs.get(item_id, entry))[1]
+    for item_id, figures in mine.items():
+        a, b = figures.own_value, theirs.get(item_id, figures).own_value
         if a is not None and b is not None and a < b:
             drops.append((b - a, item_id, b, a))
     drops.sort(key=lambda d: (-d[0], d[1]))
     return [f"{item_id} {b:.2f} -> {a:.2f}" for _, item_id, b, a in drops[:top]]
 
 
-def rules_losers(model_sets: dict, config: str, length: str, placement: str, family: str, top: int = 3) -> list[str]:
+def rules_losers(model_sets: Sets, config: str, length: str, placement: str, family: str, top: int = 3) -> list[str]:
     """Items of a cell with the lowest retained effect."""
     per_item = model_sets[config][length]["per_item"]
-    counts = RowSource(config, "retained", length, placement, family).covers_entry
-    found = [(cell["retained"], item_id) for item_id, cell in per_item.items() if cell["retained"] is not None and counts(cell)]
+    counts = RowSource(config, RETAINED.name, length, placement, family).counts
+    found = [(value, item_id) for item_id, figures in per_item.items()
+             if (value := figures.own_value) is not None and counts(figures)]
     found.sort()
-    return [f"{item_id} retained {value:.2f}" for value, item_id in found[:top] if value < 1.0]
+    return [f"{item_id} {RETAINED.name} {value:.2f}" for value, item_id in found[:top] if value < 1.0]
 
 
 @dataclass(frozen=True)
@@ -162,8 +130,8 @@ def target_loss(config: str, mine: Record, theirs: Record,
     scored on both sides, or None (not scored, or a rules target the reference ignores)."""
     if not (is_scored(mine) and is_scored(theirs)):
         return None
-    if config_kind(config) == "rules":
-        counted = rule_effect_loss(mine, theirs, min_effect)
+    if config_kind(config) == Kind.RULES:
+        counted = effect_loss(mine, theirs, min_effect)
         if counted is None:
             return None
         loss, eff_ref, eff = counted
@@ -213,15 +181,15 @@ def losses(model: ScoresFile | None, baseline: ScoresFile, sets: dict, baseline_
     found_targets: list[TargetLoss] = []
     for config, by_length in sets.items():
         for length, metrics in by_length.items():
-            for item_id, entry in metrics["per_item"].items():
+            kind = config_kind(config)
+            for item_id, figures in metrics["per_item"].items():
                 mine = model.scores[config][length][item_id].targets if model is not None else None
                 theirs = baseline.scores[config][length][item_id].targets
-                metric, value = item_metric(config, entry)
-                _, base_value = item_metric(config, baseline_sets[config][length]["per_item"][item_id])
-                limit = thresholds.get(item_key(config, length, item_id), "item_drop")
+                base_value = baseline_sets[config][length]["per_item"][item_id].own_value
+                limit = thresholds.get(item_key(config, length, item_id), ITEM.threshold)
                 assert limit is not None  # item_drop applies to every item by default
-                found_items.append(ItemLoss(config, length, item_id, metric, base_value, value,
-                                            item_drop(config, mine, theirs, thresholds.min_effect) if mine is not None else None,
+                found_items.append(ItemLoss(config, length, item_id, OWN_METRIC[kind], base_value, figures.own_value,
+                                            item_loss(kind, mine, theirs, thresholds.min_effect) if mine is not None else None,
                                             limit))
                 if mine is None:
                     continue

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.table import METRICS, THRESHOLD_FIELDS
+from pytest_longctx.options.table import METRICS, THRESHOLD_FIELDS, Metric
 from pytest_longctx.parse import NotANumber, finite_nonnegative
 
 
@@ -23,7 +23,7 @@ class Override:
     """A threshold given for the checks whose key matches ``pattern``: ``PATTERN:METRIC=VALUE``."""
 
     pattern: str
-    metric: str
+    metric: Metric
     value: float
     source: str = field(default="", compare=False)  # where it was given, for messages
     strict: bool = field(default=True, compare=False)  # a pattern that matches no check is an error, else a warning
@@ -33,14 +33,14 @@ class Override:
         pattern, _, rest = text.rpartition(":")
         metric, _, value = rest.partition("=")
         if not pattern or metric not in METRICS or not value:
-            raise ValueError(f"{text!r}: expected PATTERN:METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
+            raise ValueError(f"{text!r}: expected PATTERN:METRIC=VALUE with METRIC one of {', '.join(map(str, METRICS))}")
         try:
             threshold = finite_nonnegative(value)
         except NotANumber:
             raise ValueError(f"{text!r}: {value!r} is not a number") from None
         except ValueError:
             raise ValueError(f"{text!r}: the value must be a finite number >= 0") from None
-        return cls(pattern, metric, threshold)
+        return cls(pattern, Metric(metric), threshold)
 
     def __str__(self) -> str:
         return f"{self.pattern}:{self.metric}={self.value:g}"
@@ -63,10 +63,15 @@ class Thresholds:
     alpha: float | None = THRESHOLD_FIELDS["alpha"].default
     min_effect: float = THRESHOLD_FIELDS["min_effect"].default  # rules: the reference's effect a target needs to count
 
-    def get(self, key: str, metric: str, default: bool = True) -> float | None:
+    def value(self, metric: Metric) -> float | None:
+        """The global value of ``metric`` (None for the compressor gate's, which have defaults per row)."""
+        return {Metric.DROP: self.drop, Metric.RETAINED: self.retained, Metric.FOLLOW: self.follow,
+                Metric.ITEM_DROP: self.item_drop, Metric.KL: self.kl}.get(metric)
+
+    def get(self, key: str, metric: Metric, default: bool = True) -> float | None:
         """The threshold of ``metric`` at ``key``: the last matching override, else the
         global value when ``default`` (the metric applies there by default), else None."""
-        found = getattr(self, metric) if default else None
+        found = self.value(metric) if default else None
         for override in self.overrides:
             if override.metric == metric and fnmatch.fnmatchcase(key, override.pattern):
                 found = override.value
@@ -97,7 +102,7 @@ class Thresholds:
         return warnings
 
     def describe(self) -> dict[str, str]:
-        values = {m: f"{getattr(self, m):g}" for m in METRICS if hasattr(self, m)}
+        values = {str(m): f"{value:g}" for m in METRICS if (value := self.value(m)) is not None}
         values["min_effect"] = f"{self.min_effect:g}"
         if self.alpha is not None:
             values["alpha"] = f"{self.alpha:g}"

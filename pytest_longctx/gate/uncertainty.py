@@ -22,10 +22,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 from scipy import stats
+
+from pytest_longctx.gate.specs import CheckSpec
+from pytest_longctx.metrics.item_figures import ItemFigures
 
 SEED = 14  # every bootstrap draws its resamples from a generator seeded with this
 RESAMPLES = 2000
@@ -142,54 +145,30 @@ def needed_items(items: int, mdd: float, allowed: float) -> int:
     return math.ceil(items * (mdd / allowed) ** 2)
 
 
-# ------------------------------------------------------------------ per-item figures of the rows
+# ------------------------------------------------------------------ one check over items
 
 
-def _get(entry: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(entry, Mapping) or key not in entry:
-            return None
-        entry = entry[key]
-    return entry
-
-
-# config kind -> metric -> (numerator path, denominator path, target hit flags path or None) in a per_item entry
-FIGURES: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]]] = {
-    "facts": {"accuracy": (("recalled",), ("scored",), ("target_hits",))},
-    "faithfulness": {"accuracy": (("recalled",), ("scored",), ("target_hits",))},
-    "tool_calls": {"accuracy": (("far", "correct"), ("far", "count"), ("far", "target_hits"))},
-    "rules": {"follow": (("followed",), ("counted",), None), "retained": (("eff_sum",), ("eff_ref_sum",), None)},
-}
-
-
-def measure(kind: str, metric: str, mine: Mapping[str, Any], theirs: Mapping[str, Any], keep: Any,
-            threshold: float, relative_drop: float | None, alpha: float | None) -> Uncertainty | None:
-    """The uncertainty of one check from both sides' ``per_item`` (item id -> entry): the items
-    ``keep(entry)`` accepts; None when the entries lack the per-item figures (metrics stored by
-    an older pytest-longctx) or the check has none."""
-    figures = FIGURES.get(kind, {}).get(metric)
-    if figures is None:
-        return None
-    num, den, flags = figures
+def measure(spec: CheckSpec, mine: Mapping[str, ItemFigures], theirs: Mapping[str, ItemFigures],
+            keep: Callable[[ItemFigures], bool], threshold: float, relative_drop: float | None,
+            alpha: float | None) -> Uncertainty:
+    """The uncertainty of one check (``spec``) from both sides' items' figures (item id -> figures): the items
+    ``keep`` accepts that both sides hold (drift: the model's, against the baseline's 0), paired."""
     rows, pairs = [], []
-    for item_id, entry in mine.items():
+    for item_id, figures in mine.items():
         other = theirs.get(item_id)
-        if other is None or not keep(entry):
+        model = spec.figure(figures) if keep(figures) else None
+        base = spec.baseline_share(model, other) if model is not None else None
+        if model is None or base is None:
             continue
-        values = [_get(entry, num), _get(entry, den), _get(other, num), _get(other, den)]
-        if any(v is None for v in values):
-            return None
-        rows.append(tuple(values))
-        if flags is not None:
-            a, b = _get(entry, flags), _get(other, flags)
-            if a is None or b is None:
-                return None
-            pairs += [(hb, hm) for hm, hb in zip(a, b) if hm is not None and hb is not None]
+        rows.append((model.part, model.whole, base.part, base.whole))
+        if spec.hits is not None and other is not None:
+            a, b = spec.hits(figures), spec.hits(other)
+            pairs += [(hb, hm) for hm, hb in zip(a or (), b or ()) if hm is not None and hb is not None]
     sample = Sample.of(rows)
     found = difference(sample)
     interval, sd = found if found is not None else (None, None)
-    bound = upper_bound(sample, threshold, relative_drop, alpha) if alpha is not None else None
+    bound = upper_bound(sample, threshold, relative_drop, alpha, at_most=spec.at_most) if alpha is not None else None
     lost = gained = p = None
-    if flags is not None:
+    if spec.hits is not None:
         lost, gained, p = mcnemar(pairs)
     return Uncertainty(sample.items, interval, sd, bound, lost, gained, p)

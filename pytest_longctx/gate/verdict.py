@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_longctx.gate.drift import Drift
+from pytest_longctx.gate.damage import Drift
+from pytest_longctx.gate.specs import FOLLOW, RETAINED
 from pytest_longctx.gate.uncertainty import needed_items
 from pytest_longctx.numbers import NA, meets, number
 
@@ -18,6 +19,7 @@ TESTED = "confidence sequence"  # confident: an anytime-valid test at alpha show
 READ_THROUGH = "read through"  # exact: its every item read; the verdict is the point estimate's
 NOT_SETTLED = "not settled"  # confident: the selection ran out first; the point estimate's verdict stands
 MOOT = "moot"  # left open: its test (the row or cell) already fails on another check
+NA_AT_START = "n/a"  # no item can count anything in it: n/a whatever is read, so nothing is read for it
 
 
 def verdict_word(passed: bool | None) -> str:
@@ -31,27 +33,38 @@ class Settling:
     and their tokens, how, on which word, and the figures it rests on."""
 
     mode: str  # exact or confident
-    how: str  # BOUNDS, TESTED, READ_THROUGH, NOT_SETTLED or MOOT
+    how: str  # BOUNDS, TESTED, READ_THROUGH, NOT_SETTLED, MOOT or NA_AT_START
     word: str | None  # the verdict settled on; None where the point estimate over the items read stands (or, MOOT, none)
     items: int  # the check's items read when it was settled
     of_items: int  # the check's items in the selection
-    tokens: int  # the tokens of those read
-    of_tokens: int  # of all its items
+    tokens: int  # the tokens its unit's reading had forwarded by then
+    of_tokens: int  # of those reading every item of the unit forwards
     detail: str = ""  # what it rests on: the range still possible, or the test's e-values
 
+    @property
+    def was_open(self) -> bool:
+        """Whether reading had anything to settle: not n/a from the start."""
+        return self.how != NA_AT_START
+
     def text(self) -> str:
-        """``settled FAIL after 1 of 8 items (2,101 of 16,790 tokens), exact: lowest possible far KL 0.225 > 0.050``."""
+        """``settled FAIL after 1 of 8 items (2,101 of 16,790 tokens), exact: possible kl 0.225 to inf, needs <= 0.050``."""
         read = f"{self.items} of {self.of_items} items ({self.tokens:,} of {self.of_tokens:,} tokens)"
         said = {BOUNDS: f"settled {self.word} after {read}, {self.mode}",
                 TESTED: f"settled {self.word} after {read}, {self.mode} ({TESTED})",
                 READ_THROUGH: f"read through ({read}), {self.mode}",
                 NOT_SETTLED: f"not settled after {read}, {self.mode}; the point estimate decides",
-                MOOT: f"not needed after {read}, {self.mode}"}[self.how]
+                MOOT: f"not needed after {read}, {self.mode}",
+                NA_AT_START: f"n/a, not read for ({self.of_items} items), {self.mode}"}[self.how]
         return f"{said}: {self.detail}" if self.detail else said
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "how": self.how, "word": self.word, "items": self.items, "of_items": self.of_items,
+        return {"mode": str(self.mode), "how": self.how, "word": self.word, "items": self.items, "of_items": self.of_items,
                 "tokens": self.tokens, "of_tokens": self.of_tokens, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, found: dict[str, Any]) -> Settling:
+        return cls(found["mode"], found["how"], found["word"], found["items"], found["of_items"], found["tokens"],
+                   found["of_tokens"], found["detail"])
 
 
 @dataclass
@@ -105,7 +118,7 @@ class Verdict:
         if self.vacuous:
             return (f"the baseline's {self.metric} {number(self.baseline)} leaves no more than the allowed drop to lose "
                     f"(threshold {self.threshold:g}): the check cannot fail")
-        return (f"no counted target (|eff_ref| >= {min_effect:g} nat)" if self.metric in ("retained", "follow")
+        return (f"no counted target (|eff_ref| >= {min_effect:g} nat)" if self.metric in (RETAINED.name, FOLLOW.name)
                 else "no scored item")
 
     @property

@@ -241,41 +241,76 @@ def item_reads(item: Item, model: Any, base: Any) -> list[ReadDrift] | None:
 # ------------------------------------------------------------------ sums and means
 
 
-def item_summary(reads: Sequence[ReadDrift]) -> dict[str, dict[str, float]]:
-    """Per group: reads with a finite KL, their KL sum, same top-1 count, and the Δ log p sum
-    over the reads where it is finite (the numerators and denominators the bootstrap resamples)."""
-    summary = {}
+@dataclass(frozen=True)
+class ReadSums:
+    """One group of an item's reads: those with a finite KL (``reads``), their KL sum, how many kept the
+    baseline's arg-max, the Δ log p sum over the reads where it is finite (the numerators and denominators
+    the bootstrap resamples), and how many KLs were not finite."""
+
+    reads: int
+    kl: float
+    same_top1: int
+    dlogp_reads: int
+    dlogp: float
+    nonfinite: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reads": self.reads, "kl": self.kl, "same_top1": self.same_top1, "dlogp_reads": self.dlogp_reads,
+                "dlogp": self.dlogp, "nonfinite": self.nonfinite}
+
+    @classmethod
+    def from_json(cls, found: Mapping[str, Any]) -> ReadSums:
+        return cls(found["reads"], found["kl"], found["same_top1"], found["dlogp_reads"], found["dlogp"], found["nonfinite"])
+
+
+@dataclass(frozen=True)
+class ItemDrift:
+    """An item's reads against its baseline, by group: far, near and control."""
+
+    far: ReadSums
+    near: ReadSums
+    control: ReadSums
+
+    def group(self, name: str) -> ReadSums:
+        """The sums of group ``name`` (one of ``GROUPS``)."""
+        return {"far": self.far, "near": self.near, "control": self.control}[name]
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: self.group(name).to_json() for name in GROUPS}
+
+    @classmethod
+    def from_json(cls, found: Mapping[str, Any]) -> ItemDrift:
+        return cls(*(ReadSums.from_json(found[name]) for name in GROUPS))
+
+
+def item_drift(reads: Sequence[ReadDrift]) -> ItemDrift:
+    """The sums of an item's reads, by group."""
+    sums = []
     for group in GROUPS:
         mine = [r for r in reads if r.group == group]
         finite = [r for r in mine if math.isfinite(r.kl)]
         deltas = [r.dlogp for r in mine if r.dlogp is not None]
-        summary[group] = {"reads": len(finite), "kl": sum(r.kl for r in finite), "same_top1": sum(r.same_top1 for r in finite),
-                          "dlogp_reads": len(deltas), "dlogp": sum(deltas), "nonfinite": len(mine) - len(finite)}
-    return summary
+        sums.append(ReadSums(reads=len(finite), kl=sum(r.kl for r in finite), same_top1=sum(r.same_top1 for r in finite),
+                             dlogp_reads=len(deltas), dlogp=sum(deltas), nonfinite=len(mine) - len(finite)))
+    return ItemDrift(*sums)
 
 
-def pooled(summaries: Iterable[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, Any]]:
+def pooled(summaries: Iterable[ItemDrift]) -> dict[str, dict[str, Any]]:
     """Per group, over items: reads, mean KL_K, same top-1 rate, mean Δ log p (None: no read)."""
     summaries = list(summaries)
     found = {}
     for group in GROUPS:
-        part = [s[group] for s in summaries]
-        reads = sum(int(p["reads"]) for p in part)
-        deltas = sum(int(p["dlogp_reads"]) for p in part)
-        found[group] = {"reads": reads, "nonfinite": sum(int(p["nonfinite"]) for p in part),
-                        "kl": ratio(sum(p["kl"] for p in part), reads),
-                        "same_top1": ratio(sum(p["same_top1"] for p in part), reads),
-                        "dlogp": ratio(sum(p["dlogp"] for p in part), deltas)}
+        part = [s.group(group) for s in summaries]
+        reads = sum(p.reads for p in part)
+        deltas = sum(p.dlogp_reads for p in part)
+        found[group] = {"reads": reads, "nonfinite": sum(p.nonfinite for p in part),
+                        "kl": ratio(sum(p.kl for p in part), reads),
+                        "same_top1": ratio(sum(p.same_top1 for p in part), reads),
+                        "dlogp": ratio(sum(p.dlogp for p in part), deltas)}
     return found
 
 
-def set_drift(items: Sequence[Item], model: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the set's drift by group, item id -> its summary) over the items both sides have a
-    drift block for; ``model``/``base``: item id -> the item's scores."""
-    per_item = {}
-    for item in items:
-        reads = item_reads(item, model[item.id], base[item.id])
-        if reads is not None:
-            per_item[item.id] = item_summary(reads)
-    return {"items": len(per_item), "items_without": len(items) - len(per_item), **pooled(per_item.values())}, per_item
-
+def set_drift(drifts: Sequence[ItemDrift | None]) -> dict[str, Any]:
+    """A set's drift by group over its items' (those both sides have a drift block for: the others' None)."""
+    found = [d for d in drifts if d is not None]
+    return {"items": len(found), "items_without": len(drifts) - len(found), **pooled(found)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pytest_longctx.data.records import DEPTHS, FACT_PLACEMENTS, PROBE_TYPES, SUITES, FaithfulnessItem
-from pytest_longctx.metrics.facts import item_summary
 from pytest_longctx.metrics.raw import Record, is_scored, mean, ratio, recall_counts
 
 GROUPS: dict[str, tuple[str, ...]] = {"probe_type": PROBE_TYPES, "depth": DEPTHS, "placement": FACT_PLACEMENTS,
@@ -59,7 +58,6 @@ def set_metrics(items: Sequence[FaithfulnessItem], records: Mapping[str, list[Re
         "targets": sum(len(records[item.id]) for item in items),
         **summary(list(items)),
         **_breakdown(items, summary),
-        "per_item": {item.id: {**item_summary(records[item.id]), **labels(item)} for item in items},
     }
 
 

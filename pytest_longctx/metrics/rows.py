@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from pytest_longctx.data.lengths import length_tokens, sorted_lengths
-from pytest_longctx.data.records import FAITHFULNESS, FAMILIES, PLACEMENTS, config_kind
+from pytest_longctx.data.records import FAITHFULNESS, FAMILIES, PLACEMENTS, FaithfulnessItem, Item, Kind, RuleItem, config_kind
+from pytest_longctx.metrics.item_figures import ItemFigures
 
 KEPT = {
     "rules_en": "Rules kept far back, worst case (1.00 = as the original)",
@@ -35,7 +36,7 @@ class RowSource:
     @property
     def is_rules(self) -> bool:
         """A rules row: it reads a cell of placement x family (a worst case: once known)."""
-        return config_kind(self.config) == "rules"
+        return config_kind(self.config) == Kind.RULES
 
     @property
     def cell(self) -> tuple[str, str, str] | None:
@@ -62,10 +63,15 @@ class RowSource:
             return placement == self.placement and self.family in ("all", family)
         return self.suite is None or suite == self.suite
 
-    def covers_entry(self, entry: Mapping[str, Any]) -> bool:
-        """Whether an item's entry in its set's ``per_item`` counts in the row (``covers``, from the entry's
-        placement, family and suite)."""
-        return self.covers(entry.get("placement"), entry.get("family"), entry.get("suite"))
+    def covers_item(self, item: Item) -> bool:
+        """Whether an item of the row's set counts in the row (``covers``, from the item's own fields)."""
+        if isinstance(item, RuleItem):
+            return self.covers(item.placement, item.family, None)
+        return self.covers(None, None, item.suite if isinstance(item, FaithfulnessItem) else None)
+
+    def counts(self, figures: ItemFigures) -> bool:
+        """Whether a scored item of the row's set counts in the row (``covers``, from its figures' labels)."""
+        return self.covers(figures.placement, figures.family, figures.suite)
 
     def to_json(self) -> dict[str, Any]:
         """As the results JSON writes it (``row_sources``): the fields it has, a worst case's

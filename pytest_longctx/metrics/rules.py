@@ -7,7 +7,7 @@ targets with ``eff / eff_ref >= 0.5``; ``retained`` = ``sum(eff) / sum(eff_ref)`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pytest_longctx.data.records import FAMILIES, PLACEMENTS, RuleItem
 from pytest_longctx.metrics.raw import Record, is_nonfinite, is_scored, mean, ratio
@@ -40,6 +40,20 @@ def _eff(record: Record) -> float:
     return record["score_with"] - record["score_without"]
 
 
+def effect_loss(mine: Record, theirs: Record, min_effect: float = COUNT_NATS) -> tuple[float, float, float] | None:
+    """(the rule effect lost in the direction of the reference's effect, eff_ref, eff) of one target scored on
+    both sides; None when the reference's effect is too small to count."""
+    eff, eff_ref = _eff(mine), _eff(theirs)
+    if abs(eff_ref) < min_effect:
+        return None
+    return (eff_ref - eff) * (1.0 if eff_ref > 0 else -1.0), eff_ref, eff
+
+
+def counts(theirs: Record, min_effect: float = COUNT_NATS) -> bool:
+    """Whether a target the reference scored counts: the reference reacts to the rule by ``min_effect`` or more."""
+    return is_scored(theirs) and abs(_eff(theirs)) >= min_effect
+
+
 def effects(items: Sequence[RuleItem], records: dict[str, list[Record]],
             reference: dict[str, list[Record]] | None, min_effect: float = COUNT_NATS) -> list[Effect]:
     """Targets scored (and finite) under both the model and its reference."""
@@ -53,24 +67,52 @@ def effects(items: Sequence[RuleItem], records: dict[str, list[Record]],
     return found
 
 
-def cell(found: Sequence[Effect]) -> dict[str, Any]:
-    """follow / retained over the counted targets; ``None`` when none is counted. ``followed``,
-    ``eff_sum`` and ``eff_ref_sum`` are their numerators and denominators (what the gate's
-    bootstrap resamples per item)."""
+@dataclass(frozen=True)
+class Effects:
+    """``follow`` / ``retained`` over the counted targets of some effects (an item's, a cell's), with their
+    numerators and denominators (``followed`` of ``counted``; ``eff_sum`` of ``eff_ref_sum``: what the gate's
+    bootstrap resamples per item): None where no target is counted."""
+
+    counted: int
+    followed: int
+    eff_sum: float
+    eff_ref_sum: float
+    targets: int  # scored on both sides, counted or not
+    eff_mean: float | None
+    eff_ref_mean: float | None
+
+    @property
+    def follow(self) -> float | None:
+        return ratio(self.followed, self.counted)
+
+    @property
+    def retained(self) -> float | None:
+        return ratio(self.eff_sum, self.eff_ref_sum) if self.counted else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"follow": self.follow, "retained": self.retained, "counted": self.counted, "followed": self.followed,
+                "eff_sum": self.eff_sum, "eff_ref_sum": self.eff_ref_sum, "targets": self.targets,
+                "eff_mean": self.eff_mean, "eff_ref_mean": self.eff_ref_mean}
+
+    @classmethod
+    def from_json(cls, found: Mapping[str, Any]) -> Effects:
+        return cls(found["counted"], found["followed"], found["eff_sum"], found["eff_ref_sum"], found["targets"],
+                   found["eff_mean"], found["eff_ref_mean"])
+
+
+def cell(found: Sequence[Effect]) -> Effects:
+    """The effects of ``found`` over its counted targets."""
     counted = [e for e in found if e.counted]
-    followed = sum(e.followed for e in counted)
-    eff_sum, eff_ref_sum = sum(e.eff for e in counted), sum(e.eff_ref for e in counted)
-    return {
-        "follow": ratio(followed, len(counted)),
-        "retained": ratio(eff_sum, eff_ref_sum) if counted else None,
-        "counted": len(counted),
-        "followed": followed,
-        "eff_sum": eff_sum,
-        "eff_ref_sum": eff_ref_sum,
-        "targets": len(found),
-        "eff_mean": mean([e.eff for e in counted]),
-        "eff_ref_mean": mean([e.eff_ref for e in counted]),
-    }
+    return Effects(counted=len(counted), followed=sum(e.followed for e in counted),
+                   eff_sum=sum(e.eff for e in counted), eff_ref_sum=sum(e.eff_ref for e in counted), targets=len(found),
+                   eff_mean=mean([e.eff for e in counted]), eff_ref_mean=mean([e.eff_ref for e in counted]))
+
+
+def item_effects(item: RuleItem, records: Sequence[Record], reference: Sequence[Record] | None,
+                 min_effect: float = COUNT_NATS) -> Effects:
+    """One item's effects against its reference's (without one, its own)."""
+    return cell(effects([item], {item.id: list(records)}, None if reference is None else {item.id: list(reference)},
+                        min_effect))
 
 
 def set_metrics(items: Sequence[RuleItem], records: dict[str, list[Record]],
@@ -80,8 +122,9 @@ def set_metrics(items: Sequence[RuleItem], records: dict[str, list[Record]],
     ref_every = every if reference is None else [r for item in items for r in reference[item.id]]
     cells = {
         placement: {
-            "all": cell([e for e in found if e.item.placement == placement]),
-            **{family: cell([e for e in found if e.item.placement == placement and e.item.family == family]) for family in FAMILIES},
+            "all": cell([e for e in found if e.item.placement == placement]).to_json(),
+            **{family: cell([e for e in found if e.item.placement == placement and e.item.family == family]).to_json()
+               for family in FAMILIES},
         }
         for placement in PLACEMENTS
     }
@@ -93,8 +136,4 @@ def set_metrics(items: Sequence[RuleItem], records: dict[str, list[Record]],
         "reference_unaligned": sum("unaligned" in r for r in ref_every) if reference is not None else 0,
         "nonfinite": sum(is_nonfinite(r) for r in every),
         "cells": cells,
-        "per_item": {
-            item.id: {**cell([e for e in found if e.item is item]), "placement": item.placement, "family": item.family}
-            for item in items
-        },
     }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_longctx.data.builtin.plan import DEFAULT_LENGTHS, DEFAULT_SEED
-from pytest_longctx.data.records import ALL_CONFIGS, SUITES
+from pytest_longctx.data.records import ALL_CONFIGS, SUITES, Name
 from pytest_longctx.options.values import (
     COUNT,
     FOLDER,
@@ -46,19 +46,43 @@ GROUPS_FROM = 8  # changed parts from which blame's group search measures fewer 
 CARRY = 0.05  # a group that moves some blamed row's far drift by this share of it or more, either way, is split
 COMPRESSORS = ("identity", "last_tokens", "last_messages", "message_relevance", "sentence_relevance", "selective_context")
 MIN_EFFECT = 1.0  # rules: the reference's rule effect a target needs to be counted, in nats (the card's)
-SEQUENTIAL_MODES = ("exact", "confident", "off")  # how much is read: until each verdict is settled, or everything
+
+
+class Sequential(Name):
+    """How much of the selection is read (--longctx-sequential, docs/metrics.md#sequential-reading)."""
+
+    EXACT = "exact"  # until no unread item can change a verdict
+    CONFIDENT = "confident"  # until an anytime-valid test shows each verdict
+    OFF = "off"  # every item
+
+
+SEQUENTIAL_MODES = tuple(mode.value for mode in Sequential)
 SEQUENTIAL_ALPHA = 0.05  # the level of confident's tests where --longctx-alpha is not given
 
-# the metrics a --threshold PATTERN:METRIC=VALUE sets, and what each bounds
+
+
+class Metric(Name):
+    """What a threshold sets (``--longctx-threshold PATTERN:METRIC=VALUE``; the model gate's are also options of
+    their own, whose ``dest`` each is)."""
+
+    DROP = "drop"
+    RETAINED = "retained"
+    FOLLOW = "follow"
+    ITEM_DROP = "item_drop"
+    KL = "kl"
+    RETENTION = "retention"  # the compressor gate's (compress/run.py): no global value, defaults per row
+    SAVINGS = "savings"
+
+
+# what each metric bounds
 METRICS = {
-    "drop": "largest allowed drop of accuracy below the baseline (facts, distant tool calls, agent sessions)",
-    "retained": "lowest allowed retained rule effect (1.00 = as the baseline)",
-    "follow": "lowest allowed share of rules followed",
-    "item_drop": "largest allowed mean log-probability loss of one item, in nats",
-    "kl": "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
-    # the compressor gate's (compress/run.py): no global value, defaults per row
-    "retention": "lowest allowed share of facts kept by a context compressor",
-    "savings": "lowest allowed realized token savings of a context compressor",
+    Metric.DROP: "largest allowed drop of accuracy below the baseline (facts, distant tool calls, agent sessions)",
+    Metric.RETAINED: "lowest allowed retained rule effect (1.00 = as the baseline)",
+    Metric.FOLLOW: "lowest allowed share of rules followed",
+    Metric.ITEM_DROP: "largest allowed mean log-probability loss of one item, in nats",
+    Metric.KL: "largest allowed mean KL_K at far reads against the baseline's most likely tokens, in nats (drift)",
+    Metric.RETENTION: "lowest allowed share of facts kept by a context compressor",
+    Metric.SAVINGS: "lowest allowed realized token savings of a context compressor",
 }
 
 MODEL_SECTION, REPORTS, BLAME_SECTION, THRESHOLDS, COMPRESSOR = "model", "reports", "blame", "thresholds", "compressor"
@@ -306,16 +330,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("dir", "the benchmark folder (builtin or published)", text("DIR"), takes=(VALIDATE,), positional=True),
     # ------------------------------------------------------------------ thresholds
     Option("max-drop", "facts and distant tool calls: largest allowed accuracy drop below the baseline", NUMBER, 0.05,
-           takes=JUDGING, ini=True, dest="drop", section=THRESHOLDS),
+           takes=JUDGING, ini=True, dest=Metric.DROP.value, section=THRESHOLDS),
     Option("min-retained", "rules: lowest allowed retained effect in every cell", NUMBER, 0.90, takes=JUDGING, ini=True,
-           dest="retained", section=THRESHOLDS),
+           dest=Metric.RETAINED.value, section=THRESHOLDS),
     Option("min-follow", "rules: lowest allowed share followed per length (system prompt)", NUMBER, 0.90, takes=JUDGING,
-           ini=True, dest="follow", section=THRESHOLDS),
+           ini=True, dest=Metric.FOLLOW.value, section=THRESHOLDS),
     Option("item-max-drop", "one item: largest allowed mean loss against the baseline, in nats", NUMBER, 1.0,
-           takes=JUDGING, ini=True, dest="item_drop", section=THRESHOLDS),
+           takes=JUDGING, ini=True, dest=Metric.ITEM_DROP.value, section=THRESHOLDS),
     # calibrated on SmolLM2 (docs/evidence.md, "Why 0.05 nats"): the model itself 0, int8 far below it
     Option("max-kl", "facts and tool calls: largest allowed mean KL_K at far reads against the baseline's most likely "
-           "tokens, in nats (drift)", NUMBER, 0.05, takes=JUDGING, ini=True, dest="kl", section=THRESHOLDS,
+           "tokens, in nats (drift)", NUMBER, 0.05, takes=JUDGING, ini=True, dest=Metric.KL.value, section=THRESHOLDS,
            doc="facts and distant tool calls: largest allowed mean KL_K at far reads against the baseline's "
                "most likely tokens, in nats (drift; bfloat16 against a float32 baseline of the same model "
                "alone: 0.0006 on SmolLM2-135M, [performance.md](performance.md#dtypes))"),

@@ -24,10 +24,10 @@ from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
+from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import Evaluation
 from pytest_longctx.options.table import BUDGET, PAIR_BACKENDS, THRESHOLD_FIELDS
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text

@@ -30,8 +30,8 @@ def fail(*messages: str) -> NoReturn:
     pytest.fail("\n".join(visible(m) for m in messages), pytrace=False)
 
 
-def skip(message: str) -> NoReturn:
-    pytest.skip(visible(message))
+def skip(*messages: str) -> NoReturn:
+    pytest.skip("\n".join(visible(m) for m in messages))
 
 
 def recorder(request: pytest.FixtureRequest) -> Any:

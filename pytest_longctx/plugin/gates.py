@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_longctx.gate.gate_session import GateSession
-from pytest_longctx.gate.options import GateOptions
+from pytest_longctx.gate.run_options import GateOptions
 
 if TYPE_CHECKING:  # the finish record sits with the reports, which import the engine
     from pytest_longctx.reports.finish import Finished

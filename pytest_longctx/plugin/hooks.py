@@ -14,7 +14,7 @@ from _pytest.junitxml import xml_key
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.gate_session import Case
-from pytest_longctx.gate.options import read_options
+from pytest_longctx.gate.run_options import read_options
 from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
 from pytest_longctx.options.table import PYTEST, taken_by
 from pytest_longctx.plugin.gates import Gate, start

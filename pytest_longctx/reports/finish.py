@@ -11,8 +11,8 @@ from typing import Any
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import from_gate_run
+from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.gate.verdicts import Evaluation
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
@@ -29,7 +29,7 @@ class Finished:
     """What a finished gate leaves for its summary: the evaluation of all it scored, the lines
     about what it wrote, and why the run cannot pass as it stands (a file asked for is missing)."""
 
-    evaluation: Any  # the gate's evaluation (gate/verdicts.Evaluation, compress/run.CompressionEvaluation)
+    evaluation: Any  # the gate's evaluation (gate/evaluation.Evaluation, compress/run.CompressionEvaluation)
     notes: list[str] = field(default_factory=list)
     failed: str | None = None
 

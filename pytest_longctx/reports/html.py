@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_longctx.data.records import config_kind
+from pytest_longctx.data.records import Kind, config_kind
 from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.distance import KINDS, buckets, drift_buckets
 from pytest_longctx.gate.losses import TargetLoss
@@ -102,13 +102,13 @@ def _effects(comparison: Comparison) -> str:
     evaluation = comparison.evaluation
     parts = []
     for config, by_length in evaluation.sets.items():
-        if config_kind(config) != "rules":
+        if config_kind(config) != Kind.RULES:
             continue
         points = []
         for target in comparison.targets:
             if target.config == config:
-                entry = by_length[target.length]["per_item"][target.item_id]
-                points.append((entry["placement"], entry["family"], target.baseline, target.model))
+                figures = by_length[target.length]["per_item"][target.item_id]
+                points.append((figures.placement, figures.family, target.baseline, target.model))
         if plots.available():
             parts.append(f"<h3>{escape(config)}</h3>" + html_figure(
                 f"effects-plot-{escape(config)}", plots.effects_plot(points),

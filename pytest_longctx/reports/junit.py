@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.errors import without_credentials
+from pytest_longctx.gate.specs import KL
 from pytest_longctx.numbers import number
 from pytest_longctx.reports.format import visible
 from pytest_longctx.scoring.identity import Judged
@@ -23,14 +24,15 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
                   ("longctx.baseline", visible(str(run.baseline_path)) if run.baseline_path else ""),
                   ("longctx.baseline_model", visible(baseline.describe()) if baseline is not None else ""),
                   ("longctx.baseline_compressed", visible("; ".join(baseline.compressions())) if baseline is not None else ""),
-                  ("longctx.mode", run.scores.mode)]
+                  ("longctx.mode", run.scores.mode),
+                  ("longctx.tokens_forwarded", str(run.reader.forwarded))]
     properties += [(f"longctx.threshold.{name}", visible(value)) for name, value in run.thresholds.describe().items()]
     for verdict in evaluation.verdicts:
         if verdict.label in evaluation.rows:
             properties += [(f"longctx.row.{verdict.label}", number(verdict.model, 6)),
                            (f"longctx.baseline_row.{verdict.label}", number(verdict.baseline, 6)),
                            (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6)),
-                           (f"longctx.verdict.{verdict.label}", verdict.word)]
+                           (f"longctx.verdict.{verdict.label}", evaluation.row_word(verdict.label))]
             if verdict.interval is not None:
                 properties += [(f"longctx.interval_low.{verdict.label}", number(verdict.interval[0], 6)),
                                (f"longctx.interval_high.{verdict.label}", number(verdict.interval[1], 6)),
@@ -39,7 +41,7 @@ def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
                 properties += [(f"longctx.mcnemar_lost.{verdict.label}", str(verdict.lost)),
                                (f"longctx.mcnemar_gained.{verdict.label}", str(verdict.gained)),
                                (f"longctx.p.{verdict.label}", number(verdict.p, 6))]
-        elif verdict.metric == "kl":
+        elif verdict.metric == KL.name:
             properties += [(f"longctx.verdict.{verdict.label}", verdict.word),
                            (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6))]
     for verdict in evaluation.verdicts:

@@ -4,16 +4,17 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.sequential.reading import totals
-from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.metrics.item_figures import sets_json
 
 
 def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
     """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
     return {
         "rows": evaluation.rows,
-        "sets": evaluation.sets,
+        "sets": sets_json(evaluation.sets),
         "reference": str(run.baseline_path) if run.baseline is not None else None,
         "mode": run.scores.mode,
         "meta": {**run.scores.meta, "min_effect": run.thresholds.min_effect},
@@ -22,6 +23,10 @@ def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
         "verdicts": evaluation.verdicts_json(),
         "drift": {name: {**asdict(found), "kind": evaluation.damage_kind(name)} for name, found in evaluation.drift.items()},
         "scores": run.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
+        # the tokens the model ran over (after prefix sharing; the score cache's answers not), of what reading every
+        # selected item at once forwards without the cache
+        "tokens_forwarded": run.reader.forwarded, "tokens_whole": run.reader.whole,
         # sequential reading's stopping record per unit (gate/sequential/reading.py's replay does it again), or null
-        "sequential": {"totals": totals(run.readings.values()), "units": run.readings} if run.readings else None,
+        "sequential": ({"totals": found.to_json(), "units": {unit: r.to_json() for unit, r in run.readings.items()}}
+                       if (found := totals(run.readings.values())) is not None else None),
     }

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_longctx.data.records import TOOL_KINDS, config_kind
+from pytest_longctx.data.records import TOOL_KINDS, Kind, config_kind
 from pytest_longctx.gate.comparison import Comparison
+from pytest_longctx.gate.damage import summaries_of
 from pytest_longctx.gate.keys import cell_key, cells
 from pytest_longctx.gate.losses import TargetLoss
-from pytest_longctx.gate.sequential.reading import totals_text
+from pytest_longctx.gate.specs import FOLLOW, KL, RETAINED
 from pytest_longctx.gate.verdict import Verdict, checks_word
-from pytest_longctx.metrics.drift import pooled
+from pytest_longctx.metrics.item_figures import ItemFigures
 from pytest_longctx.metrics.rows import RowSource
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
@@ -79,7 +80,7 @@ def sequential(comparison: Comparison) -> Section:
     """How sequential reading settled each check, titled with what it read of the selection (no rows without it)."""
     if comparison.sequential is None:
         return Section("", SETTLED_HEADERS, [])
-    return Section(totals_text(comparison.sequential), SETTLED_HEADERS, settled_rows(comparison.evaluation))
+    return Section(comparison.sequential.text(), SETTLED_HEADERS, settled_rows(comparison.evaluation))
 
 
 def damage(comparison: Comparison) -> list[str]:
@@ -87,15 +88,11 @@ def damage(comparison: Comparison) -> list[str]:
     return [line.strip() for line in damage_lines(comparison.evaluation)]
 
 
-def _cell_kl(per_item: dict[str, Any], cell: RowSource) -> str:
+def _cell_kl(per_item: dict[str, ItemFigures], cell: RowSource) -> str:
     """Mean KL_K over a rules cell's reads, with and without the rule (n/a without drift)."""
-    summaries = [e["drift"] for e in per_item.values() if "drift" in e and cell.covers_entry(e)]
-    if not summaries:
-        return NA
-    groups = pooled(summaries)
-    reads = sum(groups[g]["reads"] for g in ("far", "near"))
-    total = sum(groups[g]["kl"] * groups[g]["reads"] for g in ("far", "near") if groups[g]["kl"] is not None)
-    return number(total / reads) if reads else NA
+    summaries = summaries_of(per_item, cell.counts)
+    reads = sum(s.far.reads + s.near.reads for s in summaries)
+    return number(sum(s.far.kl + s.near.kl for s in summaries) / reads) if reads else NA
 
 
 def rules_cells(comparison: Comparison) -> Section:
@@ -106,18 +103,18 @@ def rules_cells(comparison: Comparison) -> Section:
         by_key.setdefault(verdict.key, []).append(verdict)
     lines = []
     for config, by_length in evaluation.sets.items():
-        if config_kind(config) != "rules":
+        if config_kind(config) != Kind.RULES:
             continue
         for _, length, placement, family in cells(config, by_length):
             cell, key = by_length[length]["cells"][placement][family], cell_key(config, length, placement, family)
             verdicts = by_key.get(key, [])
             lines.append([key, str(cell["counted"]), number(cell["eff_ref_mean"]), number(cell["eff_mean"]),
-                          number(cell["follow"]), number(cell["retained"]),
-                          _cell_kl(by_length[length]["per_item"], RowSource(config, "retained", length, placement, family)),
+                          number(cell[FOLLOW.name]), number(cell[RETAINED.name]),
+                          _cell_kl(by_length[length]["per_item"], RowSource(config, RETAINED.name, length, placement, family)),
                           "; ".join(f"{v.metric} >= {v.threshold:g}" for v in verdicts),
                           "; ".join(f"{v.metric} {interval_text(v)}" for v in verdicts if v.interval is not None),
                           checks_word(verdicts)])
-    headers = ["cell", "counted", "eff_ref mean", "eff mean", "follow", "retained", "KL", "threshold", "interval", "verdict"]
+    headers = ["cell", "counted", "eff_ref mean", "eff mean", FOLLOW.name, RETAINED.name, "KL", "threshold", "interval", "verdict"]
     return Section("Rules cells (eff: log-prob gained by the rule, model; eff_ref: baseline)", headers, lines)
 
 
@@ -155,7 +152,7 @@ def target_head(target: TargetLoss) -> str:
     """One line: where, how far back, what was lost."""
     kind = config_kind(target.config)
     yes, no = HITS.get(kind, HITS["facts"])
-    what = "rule effect" if kind == "rules" else "log-prob"
+    what = "rule effect" if kind == Kind.RULES else "log-prob"
     back = f", {target.distance_tokens} tokens back" if target.distance_tokens is not None else ""
     change = (f"{yes} -> {no}" if target.turned_miss else
               f"{no} -> {yes}" if target.hit_model and not target.hit_baseline else (yes if target.hit_model else no))
@@ -173,7 +170,7 @@ def marked(target: TargetLoss) -> str:
 
 def failing_lines(comparison: Comparison) -> list[str]:
     """The failing checks that are not headline rows (rules cells); drift checks have a table of their own."""
-    return [v.message() for v in comparison.failing if v.label not in comparison.evaluation.rows and v.metric != "kl"]
+    return [v.message() for v in comparison.failing if v.label not in comparison.evaluation.rows and v.metric != KL.name]
 
 
 def _plain(section: Section) -> list[str]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.gate.drift import NONE
-from pytest_longctx.gate.sequential.reading import totals, totals_text
-from pytest_longctx.gate.verdict import FAIL, checks_word
-from pytest_longctx.gate.verdicts import DRIFT_LABEL
+from pytest_longctx.gate.damage import NONE
+from pytest_longctx.gate.evaluation import DRIFT_LABEL
+from pytest_longctx.gate.sequential.reading import totals
+from pytest_longctx.gate.specs import KL
+from pytest_longctx.gate.verdict import FAIL
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
 from pytest_longctx.scoring.identity import header, made_by
@@ -38,12 +39,10 @@ def mcnemar_text(verdict: Any) -> str:
 def row_word(evaluation: Any, verdict: Any) -> str:
     """A headline row's verdict: that of all its checks (its value's and its drift's), naming the ones
     that fail, ``FAIL (drift)``, so the table says what the row's test says."""
-    drift = drift_check(evaluation, verdict.label)
-    checks = [verdict] + ([drift] if drift is not None else [])
-    failed = [c for c in checks if c.applicable and not c.passed]
+    failed = [c for c in evaluation.row_checks(verdict.label) if c.applicable and not c.passed]
     if failed:
-        return f"{FAIL} ({', '.join('drift' if c.metric == 'kl' else c.metric for c in failed)})"
-    return checks_word(checks)
+        return f"{FAIL} ({', '.join('drift' if c.metric == KL.name else c.metric for c in failed)})"
+    return evaluation.row_word(verdict.label)
 
 
 def gate_rows(evaluation: Any, columns: bool = False) -> list[list[str]]:
@@ -73,7 +72,7 @@ DRIFT_HEADERS = ["row", "far KL", "near KL", "control KL", "far - near/control K
 
 def drift_check(evaluation: Any, name: str) -> Any:
     """The drift check of a row, or None where the row's drift is shown but not gated."""
-    return next((v for v in evaluation.verdicts if v.metric == "kl" and v.label == f"{name}{DRIFT_LABEL}"), None)
+    return next((v for v in evaluation.verdicts if v.metric == KL.name and v.label == f"{name}{DRIFT_LABEL}"), None)
 
 
 def drift_rows(evaluation: Any) -> list[list[str]]:
@@ -106,11 +105,12 @@ SETTLED_HEADERS = ["check", "metric", "settled", "items", "tokens", "on"]
 
 
 def settled_rows(evaluation: Any) -> list[list[str]]:
-    """One line per check sequential reading settled: how, after how many of its items and tokens, and on what."""
+    """One line per check sequential reading had open (not n/a from the start): how it was settled, after how many of
+    its items and how many of its unit's tokens, and on what."""
     lines = []
     for verdict in evaluation.verdicts:
         found = verdict.settling
-        if found is None:
+        if found is None or not found.was_open:
             continue
         how = f"{found.how} {found.word}" if found.word else found.how
         lines.append([verdict.key, verdict.metric, how, f"{found.items} of {found.of_items}",
@@ -125,8 +125,9 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
     against = ("itself (updating the baseline)" if options.update_baseline else
                f"baseline {run.baseline_path}" if run.baseline_path is not None else "no baseline")
     scored = sum(1 for _ in run.scores.items())
+    forwarded = f", {run.reader.forwarded:,} tokens forwarded" if run.reader.forwarded or scored else ""
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(options.model))
-    lines = [visible(f"longctx gate: {said}; mode {run.scores.mode or 'n/a'}, {scored} items scored")]
+    lines = [visible(f"longctx gate: {said}; mode {run.scores.mode or 'n/a'}, {scored} items scored{forwarded}")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
     if evaluation.rows:
@@ -138,10 +139,10 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
         lines.extend(visible(line) for line in damage_lines(evaluation))
     reading = totals(run.readings.values())
     if reading is not None:
-        lines.append(totals_text(reading) + ":")
+        lines.append(reading.text() + ":")
         lines.append(table(SETTLED_HEADERS, settled_rows(evaluation)))
     failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
-               and v.metric != "kl"]
+               and v.metric != KL.name]
     if failing:
         lines.append("failing cells:")
         lines.extend(visible(f"  {v.key}: {v.message()}") for v in failing)

@@ -32,9 +32,9 @@ from pytest_longctx.backends.base import (
     vocab_size,
 )
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.progress import Progress
+from pytest_longctx.progress import Display
 from pytest_longctx.scoring import prefix_tree
-from pytest_longctx.scoring.answers import Answers, checked_answers
+from pytest_longctx.scoring.answers import Answer, Answers, checked_answers
 from pytest_longctx.scoring.reads import ItemReads, Read
 
 
@@ -62,6 +62,7 @@ class EngineRun:
 
     scores: list[ItemReadScores]
     uncompressed: Uncompressed = field(default_factory=dict)
+    forwarded: int = 0  # the tokens run through the model (requests the cache answered, and a kept prefix run before, not)
 
 
 @dataclass(eq=False)
@@ -107,6 +108,18 @@ def collect(plans: Sequence[ItemReads], pressed: bool = False) -> tuple[list[Req
     return requests, where
 
 
+EACH, TREE, PRESSED = "each", "tree", "pressed"  # how run_reads reads a backend's requests
+
+
+def how_read(backend: Backend, reuse_prefixes: bool = True) -> str:
+    """How ``run_reads`` reads ``backend``: each request whole (no sessions), as a prefix tree through one
+    session, or each context through a KV-cache press with its questions after it."""
+    reader, _ = conforming(backend, 0)
+    if context_compression(backend):
+        return PRESSED
+    return TREE if reuse_prefixes and has_sessions(reader) else EACH
+
+
 def forwarded_tokens(plans: Sequence[ItemReads], reuse_prefixes: bool = True) -> int:
     """Tokens the engine forwards for these plans (the distinct prefix tokens when
     prefixes are reused: the least any exact teacher-forced scorer must run)."""
@@ -119,7 +132,56 @@ def forwarded_tokens(plans: Sequence[ItemReads], reuse_prefixes: bool = True) ->
     return prefix_tree.total_tokens(root)
 
 
-ProgressFactory = Callable[[int, int], Progress]
+@dataclass(eq=False)
+class SharedPrefix:
+    """The prefix every request of a selection's items begins with, with every read any of them has inside it
+    (``of``), run once across the engine runs that read parts of that selection (sequential reading reads a unit
+    a group of items at a time): the first run that needs it forwards it, keeps the model's state after it and
+    its answers, and every later run starts from that state. So reading a selection in parts forwards no more
+    than reading it whole, where each part would otherwise forward the prefix again."""
+
+    ids: np.ndarray
+    reads: dict[int, set[int]]  # prediction index (inside the prefix) -> the tokens asked there
+    session: Any = None  # the session that ran it, once run
+    state: Any = None  # its snapshot after the prefix
+    answers: Answers = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, plans: Sequence[ItemReads]) -> SharedPrefix | None:
+        """The prefix the requests of ``plans`` share (None where they share nothing, or are one request)."""
+        requests, _ = collect(plans)
+        if len(requests) < 2:
+            return None
+        shared = min(prefix_tree.common_prefix(requests[0].ids, r.ids) for r in requests[1:])
+        if not shared:
+            return None
+        reads: dict[int, set[int]] = {}
+        for request in requests:
+            for index, tokens in request.reads.items():
+                if index < shared:
+                    reads.setdefault(index, set()).update(tokens)
+        return cls(requests[0].ids[:shared].copy(), reads)
+
+    def holds(self, request: Request) -> bool:
+        return len(request.ids) >= len(self.ids) and bool(np.array_equal(request.ids[: len(self.ids)], self.ids))
+
+    def start(self, backend: Backend, reader: SessionBackend, tracker: _Tracker, top_k: int) -> Any:
+        """A session at the end of the prefix: run once (its reads answered and kept), then restored."""
+        if self.session is None:
+            self.session = reader.session()
+            indices = sorted(self.reads)
+            tokens = [sorted(self.reads[i]) for i in indices]
+            result = self.session.advance(self.ids, indices, tokens, top_k=top_k)
+            self.answers = checked_answers(backend, "session().advance", result, indices, tokens, top_k,
+                                           lambda index: f"the prefix its items share (read position {index})")
+            tracker.tokens(len(self.ids))
+            self.state = self.session.snapshot()
+        else:
+            self.session.restore(self.state, last=False)
+        return self.session
+
+
+ProgressFactory = Callable[[int, int], Display]
 
 
 class _Tracker:
@@ -131,11 +193,12 @@ class _Tracker:
     def __init__(self, factory: ProgressFactory | None, requests: list[Request], n_items: int,
                  keep: Callable[[Request, Answers], None] | None = None, status: Callable[[], str] | None = None):
         self.factory = factory
-        self.progress: Progress | None = None
+        self.progress: Display | None = None
         self.requests = requests
         self.keep = keep
         self.status = status
         self.done: list[Answers] = [{} for _ in requests]
+        self.forwarded = 0  # tokens run through the model
         self.left = [0] * n_items
         for request in requests:
             for number in request.items:
@@ -153,6 +216,7 @@ class _Tracker:
             self.progress.close()
 
     def tokens(self, count: int) -> None:
+        self.forwarded += count
         if self.progress:
             self.progress.advance(tokens=count)
 
@@ -190,6 +254,8 @@ def _tree(requests: list[Request], numbers: list[int], offset: int = 0) -> tuple
     asker: dict[tuple[int, int], Request] = {}  # (node, prediction index) -> a request that reads there
     for number, path in zip(numbers, paths):
         for index, tokens in requests[number].reads.items():
+            if index < offset:  # a read inside a shared prefix: answered when the prefix ran
+                continue
             node = prefix_tree.node_at(path, index - offset)
             node.reads.setdefault(index - offset, set()).update(tokens)
             asker.setdefault((id(node), index - offset), requests[number])
@@ -197,12 +263,25 @@ def _tree(requests: list[Request], numbers: list[int], offset: int = 0) -> tuple
 
 
 def _read_tree(backend: Backend, reader: SessionBackend, requests: list[Request], tracker: _Tracker, top_k: int,
-               named: Callable[[Request], str]) -> list[Answers]:
-    """The requests as a prefix tree through one session: each shared prefix once."""
-    numbers = list(range(len(requests)))
-    root, paths, asker = _tree(requests, numbers)
-    tracker.start(prefix_tree.total_tokens(root))
-    _visit_tree(backend, reader.session(), root, paths, asker, requests, numbers, 0, tracker, top_k, named)
+               named: Callable[[Request], str], shared: SharedPrefix | None = None) -> list[Answers]:
+    """The requests as a prefix tree through one session: each shared prefix once. With ``shared`` (the prefix
+    every request begins with, kept across runs), the tree starts after it, from its kept state."""
+    if shared is None or not all(shared.holds(r) for r in requests):
+        numbers = list(range(len(requests)))
+        root, paths, asker = _tree(requests, numbers)
+        tracker.start(prefix_tree.total_tokens(root))
+        _visit_tree(backend, reader.session(), root, paths, asker, requests, numbers, 0, tracker, top_k, named)
+        return tracker.done
+    offset = len(shared.ids)
+    beyond = [n for n, r in enumerate(requests) if len(r.ids) > offset]  # the rest end inside the prefix
+    root, paths, asker = _tree(requests, beyond, offset)
+    tracker.start((0 if shared.session is not None else offset) + prefix_tree.total_tokens(root))
+    session = shared.start(backend, reader, tracker, top_k)
+    for number, request in enumerate(requests):
+        if number not in beyond:
+            tracker.answered(number, {i: shared.answers[i] for i in request.reads})
+    _visit_tree(backend, session, root, paths, asker, requests, beyond, offset, tracker, top_k, named,
+                inside=shared.answers)
     return tracker.done
 
 
@@ -238,8 +317,15 @@ def _read_pressed(backend: Backend, reader: SessionBackend, requests: list[Reque
 
 def _visit_tree(backend: Backend, session: Any, root: prefix_tree.Node, paths: list[list[prefix_tree.Node]],
                 asker: dict[tuple[int, int], Request], requests: list[Request], numbers: list[int], offset: int,
-                tracker: _Tracker, top_k: int, named: Callable[[Request], str]) -> None:
-    """Run a tree depth first through ``session``; node indices are the requests' less ``offset``."""
+                tracker: _Tracker, top_k: int, named: Callable[[Request], str], inside: Answers | None = None) -> None:
+    """Run a tree depth first through ``session``; node indices are the requests' less ``offset``; ``inside``: the
+    answers of the reads before ``offset`` (a shared prefix's, run before)."""
+
+    def answer(end: int, index: int) -> Answer:
+        if index < offset:
+            assert inside is not None
+            return inside[index]
+        return prefix_tree.node_at(paths[end], index - offset).results[index - offset]
 
     def visit(node: prefix_tree.Node) -> None:
         if node.tokens:
@@ -251,8 +337,7 @@ def _visit_tree(backend: Backend, session: Any, root: prefix_tree.Node, paths: l
             tracker.tokens(node.tokens)
         for end in node.ends:
             number = numbers[end]
-            tracker.answered(number, {i: prefix_tree.node_at(paths[end], i - offset).results[i - offset]
-                                      for i in requests[number].reads})
+            tracker.answered(number, {i: answer(end, i) for i in requests[number].reads})
         if not node.children:
             return
         saved = session.snapshot()  # the branch point: every child starts from here
@@ -295,13 +380,14 @@ def run(
 
 def run_reads(
     backend: Backend, plans: Sequence[ItemReads], progress: ProgressFactory | None = None, reuse_prefixes: bool = True, cache: Any = None,
-    top_k: int = 0, mode: str = "ids",
+    top_k: int = 0, mode: str = "ids", shared: SharedPrefix | None = None,
 ) -> EngineRun:
-    """Scores of every read of every planned item (its targets, then its control reads), and the contexts
-    a KV-cache press could not compress. ``progress(items, tokens)`` makes the progress display once the
-    work left is known; ``cache`` answers known requests; ``top_k``: also the most likely tokens at every
+    """Scores of every read of every planned item (its targets, then its control reads), the contexts a KV-cache
+    press could not compress, and the tokens forwarded. ``progress(items, tokens)`` makes the progress display once
+    the work left is known; ``cache`` answers known requests; ``top_k``: also the most likely tokens at every
     read (none from a backend whose ``read`` takes no ``top_k``: ``conforming``); ``mode``: where the
-    plans' ids come from (the data's stored ids, or the model's tokenizer: ``text``)."""
+    plans' ids come from (the data's stored ids, or the model's tokenizer: ``text``); ``shared``: the prefix the
+    plans share with the other runs of their selection, run once across them (``SharedPrefix``)."""
     reader, top_k = conforming(backend, top_k)
     # a backend that compresses each read's context names what does (``CompressesContexts``: a KV-cache press, a quantized
     # KV cache): its sessions' ``compress`` then reads the context, the rest read through it
@@ -330,7 +416,7 @@ def run_reads(
                 raise LongctxError(f"backend {type(backend).__name__}: a KV-cache press needs a backend with sessions")
             computed, uncompressed = _read_pressed(backend, reader, subset, tracker, top_k, named)
         elif subset and reuse_prefixes and has_sessions(reader):
-            computed = _read_tree(backend, reader, subset, tracker, top_k, named)
+            computed = _read_tree(backend, reader, subset, tracker, top_k, named, shared)
         elif subset:
             computed = _read_each(backend, reader, subset, tracker, top_k, named)
         else:
@@ -340,7 +426,7 @@ def run_reads(
         tracker.close()
     for n, found in zip(todo, computed):
         answers[n] = found
-    return EngineRun(_item_scores(plans, where, answers), uncompressed)
+    return EngineRun(_item_scores(plans, where, answers), uncompressed, tracker.forwarded)
 
 
 def _item_scores(plans: Sequence[ItemReads], where: list[list[list[tuple[int, int, Read]]]],

@@ -11,9 +11,10 @@ from typing import Any, Callable, Collection, Iterator
 from pytest_longctx import __version__
 from pytest_longctx.backends.base import Backend, context_compression, context_window, describe, tokenizer_missing, vocab_size
 from pytest_longctx.data.load import Dataset, load_dataset
-from pytest_longctx.data.records import FAITHFULNESS, config_kind
+from pytest_longctx.data.records import FAITHFULNESS, Item, ItemKey, Kind, config_kind
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics import drift, facts, faithfulness, rules, tool_calls
+from pytest_longctx.metrics.item_figures import ItemFigures, Sets, item_figures, sets_json
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import RowSource, headline
 from pytest_longctx.progress import Progress
@@ -21,6 +22,7 @@ from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
+from pytest_longctx.scoring.groups import Groups
 from pytest_longctx.scoring.identity import Judged, compare_judged
 from pytest_longctx.scoring.modes import choose_mode, plan_reads
 from pytest_longctx.scoring.questions import with_questions
@@ -36,19 +38,22 @@ class Results:
 
     rows: dict[str, float | None]
     row_sources: dict[str, RowSource]
-    sets: dict[str, dict[str, dict[str, Any]]]
+    sets: Sets
     mode: str
     meta: dict[str, Any]
     scores: ScoresFile
     reference: str | None = None
     warnings: list[str] = field(default_factory=list)
     min_effect: float = rules.COUNT_NATS  # the rules targets' count threshold the sets were computed with
+    tokens_forwarded: int = 0  # the tokens the model ran over (the score cache's answers not)
+    tokens_whole: int = 0  # what reading every item at once forwards, without the cache
 
     def to_json(self) -> dict[str, Any]:
         sources = {name: source.to_json() for name, source in self.row_sources.items()}
-        return {"rows": self.rows, "sets": self.sets, "reference": self.reference, "mode": self.mode,
+        return {"rows": self.rows, "sets": sets_json(self.sets), "reference": self.reference, "mode": self.mode,
                 "meta": {**self.meta, "min_effect": self.min_effect}, "row_sources": sources,
                 "scores": self.scores.to_json()["scores"],  # per-target raw scores: what `longctx compare` reads
+                "tokens_forwarded": self.tokens_forwarded, "tokens_whole": self.tokens_whole,
                 "sequential": None}  # every item read: a sequential run's caller puts its stopping record here
 
     def nonfinite(self) -> list[str]:
@@ -56,43 +61,56 @@ class Results:
         return [f"{c}/{n}/{i}" for c, n, i, s in self.scores.items() if any(is_nonfinite(t) for t in s.targets)]
 
     def as_baseline(self) -> ScoresFile:
-        return ScoresFile(mode=self.mode, meta=self.meta, scores=self.scores.scores, rows=self.rows, sets=self.sets)
+        return ScoresFile(mode=self.mode, meta=self.meta, scores=self.scores.scores, rows=self.rows, sets=sets_json(self.sets))
 
 
-def item_entry(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None, key: tuple[str, str, str],
-               min_effect: float = rules.COUNT_NATS) -> dict[str, Any] | None:
-    """One scored item's entry in its set's ``per_item``, computed from its scores alone (``compute_sets`` of it)."""
+def item_entry(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None, key: ItemKey,
+               min_effect: float = rules.COUNT_NATS) -> ItemFigures:
+    """One scored item's figures against ``reference`` (its entry in its set's ``per_item``)."""
     config, length, item_id = key
-    return compute_sets(dataset.select({key}), scores, reference, min_effect)[config][length]["per_item"].get(item_id)
+    item = dataset.item(key)
+    mine = scores.scores[config][length][item_id]
+    theirs = reference.scores[config][length][item_id] if reference is not None else None
+    return _figures(config_kind(config), item, mine, theirs, reference is not None and reference.has_drift, min_effect)
+
+
+def _figures(kind: Kind, item: Item, mine: ItemScores, theirs: ItemScores | None, drifts: bool,
+             min_effect: float) -> ItemFigures:
+    """An item's figures from its scores and its reference's (``drifts``: the reference kept its most likely
+    tokens, so the item's drift is read against them)."""
+    reads = drift.item_reads(item, mine, theirs) if drifts and theirs is not None else None
+    return item_figures(kind, item, mine.targets, theirs.targets if theirs is not None else None,
+                        drift.item_drift(reads) if reads is not None else None, min_effect)
 
 
 def compute_sets(dataset: Dataset, scores: ScoresFile, reference: ScoresFile | None,
-                 min_effect: float = rules.COUNT_NATS) -> dict[str, dict[str, dict[str, Any]]]:
+                 min_effect: float = rules.COUNT_NATS) -> Sets:
     """Metrics of every selected config and length from raw scores (and a reference's);
     ``min_effect``: the reference's rule effect a rules target needs to count, in nats.
-    Against a reference that keeps its most likely tokens, every set also has its ``drift``
-    (and each of its items)."""
-    sets: dict[str, dict[str, dict[str, Any]]] = {}
+    Each set's ``per_item`` holds its items' figures (``ItemFigures``); against a reference that
+    keeps its most likely tokens, every set also has its ``drift`` (and each of its items)."""
+    sets: Sets = {}
+    drifts = reference is not None and reference.has_drift
     for config, by_length in dataset.configs.items():
         kind = config_kind(config)
         for length, items in by_length.items():
-            mine = scores.scores[config][length]
+            mine = scores.scores.get(config, {}).get(length, {})
+            theirs = reference.scores[config][length] if reference is not None else {}
             records = {item_id: s.targets for item_id, s in mine.items()}
-            if kind == "facts":
+            if kind == Kind.FACTS:
                 metrics = facts.set_metrics(items, records)
-            elif kind == "tool_calls":
+            elif kind == Kind.TOOL_CALLS:
                 metrics = tool_calls.set_metrics(items, records)
-            elif kind == "faithfulness":
+            elif kind == Kind.FAITHFULNESS:
                 metrics = faithfulness.set_metrics(items, records)
             else:
-                ref = None
-                if reference is not None:
-                    ref = {i.id: reference.scores[config][length][i.id].targets for i in items}
+                ref = {i.id: theirs[i.id].targets for i in items} if reference is not None else None
                 metrics = rules.set_metrics(items, records, ref, min_effect)
-            if reference is not None and reference.has_drift:
-                metrics["drift"], per_item = drift.set_drift(items, mine, reference.scores[config][length])
-                for item_id, summary in per_item.items():
-                    metrics["per_item"][item_id]["drift"] = summary
+            per_item = {item.id: _figures(kind, item, mine[item.id], theirs.get(item.id), drifts, min_effect)
+                        for item in items}
+            if drifts:
+                metrics["drift"] = drift.set_drift([figures.drift for figures in per_item.values()])
+            metrics["per_item"] = per_item
             sets.setdefault(config, {})[length] = metrics
     return sets
 
@@ -135,24 +153,37 @@ def with_reference_ids(plans: list[ItemReads], reference: ScoresFile, notes: lis
     return found
 
 
-def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
-                progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
-                cache: ScoreCache | None = None, beyond_context: bool = False, reference: ScoresFile | None = None,
-                notes: list[str] | None = None) -> ScoresFile:
-    """Raw per-target scores of every item in ``dataset`` (``mode`` already chosen), with
-    the run's ``meta``: backend, weights, tokenizer and data fingerprints. An item longer
-    than the backend's ``context_window`` is refused unless ``beyond_context``. Every read
-    keeps the model's most likely tokens (when the backend gives them) and, against a
-    ``reference`` that kept its own, the log-probabilities of the reference's (``notes``: of
-    items that could not be compared so)."""
+def planned_reads(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, reference: ScoresFile | None = None,
+                  notes: list[str] | None = None, beyond_context: bool = False) -> list[ItemReads]:
+    """What reading every item of ``dataset`` asks of ``backend`` (``mode`` already chosen): under a KV-cache press
+    each context apart from its question, and against a ``reference`` that kept its most likely tokens the
+    log-probabilities of those too (``notes``: of items that cannot be compared so). An item longer than the
+    backend's ``context_window`` is refused unless ``beyond_context``."""
     plans = plan_reads(dataset, mode, tokenizer)
-    compression = context_compression(backend)
-    if compression:  # a press or quantized cache: each context compressed, its question read through it
+    if context_compression(backend):  # a press or quantized cache: each context compressed, its question read through it
         plans = with_questions(plans, tokenizer)
     if reference is not None and reference.has_drift:
         plans = with_reference_ids(plans, reference, notes if notes is not None else [], vocab_size(backend))
     if not beyond_context:
         check_context_window(backend, plans)
+    return plans
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What reading some planned items gave: their raw scores, with the run's meta, and the tokens forwarded."""
+
+    scores: ScoresFile
+    forwarded: int
+
+
+def read_plans(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, plans: list[ItemReads],
+               progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
+               cache: ScoreCache | None = None, notes: list[str] | None = None,
+               shared: engine.SharedPrefix | None = None) -> Scored:
+    """Raw per-target scores of the planned items (``planned_reads`` of ``dataset``), with the run's ``meta``:
+    backend, weights, tokenizer and data fingerprints; every read keeps the model's most likely tokens (when the
+    backend gives them). ``shared``: the prefix the plans share with the rest of their selection, run once."""
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
     meta = {
         **describe(backend),
@@ -166,7 +197,9 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
     factory = (progress if callable(progress) else Progress) if progress else None
-    run = engine.run_reads(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K, mode=mode)
+    run = engine.run_reads(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K, mode=mode,
+                           shared=shared)
+    compression = context_compression(backend)
     for why, lengths in run.uncompressed.items():  # contexts a press could not compress (too short for it), read exact
         (notes if notes is not None else []).append(f"{compression} could not compress {len(lengths)} "
                                                     f"context(s) of {min(lengths)} to {max(lengths)} tokens ({why}): they were "
@@ -177,13 +210,16 @@ def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
         records = item_records(plan, result, drift.TOP_K)
         scores.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = ItemScores(
             fingerprints[key], records.targets, records.controls, records.drift)
-    return scores
+    return Scored(scores, run.forwarded)
 
 
-def item_tokens(dataset: Dataset, mode: str, tokenizer: Any) -> dict[tuple[str, str, str], int]:
-    """(config, length, item id) -> the tokens reading the item alone forwards (``ItemReads.tokens_forwarded``):
-    what sequential reading counts as the cost of an item."""
-    return {(p.config, p.length, p.item.id): p.tokens_forwarded for p in plan_reads(dataset, mode, tokenizer)}
+def score_items(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str,
+                progress: bool | Callable[[int, int], Progress] = True, reuse_prefixes: bool = True,
+                cache: ScoreCache | None = None, beyond_context: bool = False, reference: ScoresFile | None = None,
+                notes: list[str] | None = None) -> ScoresFile:
+    """Raw per-target scores of every item in ``dataset`` (``planned_reads``, then ``read_plans``)."""
+    plans = planned_reads(backend, tokenizer, dataset, mode, reference, notes, beyond_context)
+    return read_plans(backend, tokenizer, dataset, mode, plans, progress, reuse_prefixes, cache, notes).scores
 
 
 def check_context_window(backend: Backend, plans: list[ItemReads]) -> None:
@@ -232,7 +268,7 @@ def score_sets(
     fallback: list[str] = []  # auto mode fell back to text: why, in the meta and on the terminal
     mode = choose_mode(mode, tokenizer, dataset, fallback, missing=tokenizer_missing(backend))
     if reference is not None:  # refused before the forward passes, not after
-        rules_configs = [c for c in dataset.configs if config_kind(c) == "rules"]
+        rules_configs = [c for c in dataset.configs if config_kind(c) == Kind.RULES]
         try:
             check_fits(reference, mode, tokenizer_fingerprint(tokenizer, mode), needed_fingerprints(dataset, rules_configs))
         except LongctxError as exc:
@@ -240,15 +276,18 @@ def score_sets(
                 raise
             raise LongctxError(f"{exc}. {fallback[0]}") from None
     notes: list[str] = []
-    scores = score_items(backend, tokenizer, dataset, mode, progress, cache=cache, beyond_context=beyond_context,
-                         reference=reference, notes=notes)
+    plans = planned_reads(backend, tokenizer, dataset, mode, reference, notes, beyond_context)
+    scored = read_plans(backend, tokenizer, dataset, mode, plans, progress, cache=cache, notes=notes)
+    scores = scored.scores
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
     warnings = (compare_judged(reference.meta, scores.meta).warnings + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline(sets)
+    whole = Groups.of(plans, engine.how_read(backend)).whole([(p.config, p.length, p.item.id) for p in plans])
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,
-                   reference=reference.path if reference is not None else None, warnings=warnings, min_effect=min_effect)
+                   reference=reference.path if reference is not None else None, warnings=warnings, min_effect=min_effect,
+                   tokens_forwarded=scored.forwarded, tokens_whole=whole)
 
 
 def require_finite(results: Results) -> None:

@@ -22,8 +22,8 @@ def row_figures(model: Any, dataset: Dataset, baseline: ScoresFile) -> dict[str,
     the gate does."""
     from pytest_longctx.backends.hf import TransformersBackend
     from pytest_longctx.gate.blame.records import row_states
+    from pytest_longctx.gate.evaluation import evaluate
     from pytest_longctx.gate.thresholds import Thresholds
-    from pytest_longctx.gate.verdicts import evaluate
     from pytest_longctx.scoring.pipeline import compute_sets, score_items
 
     scores = score_items(TransformersBackend(model), None, dataset, "ids", progress=False, reference=baseline)

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from pytest_longctx.data.builtin.text import WIKIPEDIA_SOURCE, projects
 from pytest_longctx.data.lengths import length_tokens, sorted_lengths
-from pytest_longctx.data.records import CONFIGS, FAITHFULNESS, config_kind
+from pytest_longctx.data.records import CONFIGS, FAITHFULNESS, Kind, config_kind
 from pytest_longctx.paths import write_text_atomically
 
 ABOUT = """# pytest-longctx builtin benchmark
@@ -101,7 +101,7 @@ def _sizes(root: Path) -> list[str]:
                 fresh = pc.struct_field(targets, "fresh")
                 count += f" ({pc.sum(far).as_py() or 0:,} far, {pc.sum(fresh).as_py() or 0:,} of them fresh)"
             tokens = f"{length_tokens(length) + 1:,}"
-            if config_kind(config) == "rules":
+            if config_kind(config) == Kind.RULES:
                 tokens = f"2 x {tokens}"
             rows.append(f"| {config} | {length} | {table.num_rows} | {count} | {tokens} |")
     for path in sorted((root / FAITHFULNESS).glob("*.parquet")):

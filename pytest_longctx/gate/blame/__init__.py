@@ -7,7 +7,7 @@ threshold; or accuracy), since far drift is what is measured of each part. On th
 each part is measured in two directions (``records``):
 
 * restore: the candidate with the part taken back from the original; its share is how much of the
-  candidate's far drift (and far excess: far minus near or control, gate/drift.py) disappears,
+  candidate's far drift (and far excess: far minus near or control, gate/damage.py) disappears,
   (candidate - hybrid) / candidate;
 * damage: the original with the part taken from the candidate; its share is how much of the candidate's
   far drift appears, hybrid / candidate.

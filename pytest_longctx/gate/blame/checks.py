@@ -9,7 +9,7 @@ from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame.records import NonFinite
-from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
 from pytest_longctx.scoring.scores_file import ScoresFile
 

@@ -17,7 +17,7 @@ from typing import Sequence
 from pytest_longctx.backends.hybrids.pair import EstimatesRestores, Pair, SequenceReads, WeightedRead
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.gate.blame.records import BlameReport, Direction, GroupTest, PartBlame, Spread
-from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.metrics.drift import Block, places
 from pytest_longctx.options.table import CARRY
 from pytest_longctx.scoring.modes import plan_reads

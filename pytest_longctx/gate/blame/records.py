@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from scipy.stats import spearmanr
 
 from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Cost, Part, non_finite_kind
-from pytest_longctx.gate.verdicts import Evaluation
+from pytest_longctx.gate.evaluation import Evaluation
 
 DISAGREE = 0.25  # restore and damage shares further apart than this are said to differ (parts interact)
 

@@ -11,8 +11,8 @@ from pytest_longctx.backends.base import Backend
 from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair, Part
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.gate.blame.records import RowState, row_states
+from pytest_longctx.gate.evaluation import Evaluation, evaluate
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.progress import Progress, clock_text
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.pipeline import compute_sets, score_items

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from pytest_longctx.gate.sequential.checks import OPEN, SHARE, Check, Figure
+from pytest_longctx.gate.sequential.checks import Check, Figure
+from pytest_longctx.gate.specs import Shape
 from pytest_longctx.metrics.confidence_sequence import Bettor
+from pytest_longctx.numbers import NA
 
 # A read's KL_K is at least -log Q, Q the candidate's probability of the baseline's 16 tokens and its rest bucket:
 # 1 up to float32 rounding, so no read goes below -1e-4 nats. A read item that does breaks the bound, and its
@@ -17,16 +19,28 @@ KL_FLOOR = -1e-4
 UNKNOWN = frozenset({"?"})  # a check whose value no bound limits yet
 
 
+def unread_caps(check: Check, read: Mapping[int, Figure]) -> float:
+    return sum(cap for n, cap in enumerate(check.caps) if n not in read)
+
+
+def not_applicable(check: Check) -> bool:
+    """No item of the check can count anything (every cap 0: no counted target, no far read, an item its baseline
+    counts nothing of) and the check has no value without (the baseline has none either): its verdict is n/a
+    whatever is read, so nothing need be."""
+    return not any(check.caps) and check.word(None) == NA
+
+
 def possible_words(check: Check, read: Mapping[int, Figure]) -> frozenset[str]:
     """The verdicts still possible for ``check`` once the items at these indices are read (their figures), every
     other item counting anything it can: one word means the check is settled."""
-    unread = sum(cap for n, cap in enumerate(check.caps) if n not in read)
+    unread = unread_caps(check, read)
     num, den = sum(f[0] for f in read.values()), sum(f[1] for f in read.values())
-    if check.shape == OPEN:
-        return UNKNOWN
     if den + unread == 0:
         return frozenset({check.word(None)})
-    if check.shape == SHARE:
+    shape = check.spec.shape
+    if shape in (Shape.RATIO, Shape.ITEM):  # no bound before its last item is read
+        return UNKNOWN if unread else frozenset({check.word(num / den if den else None)})
+    if shape == Shape.SHARE:
         words = {check.word(num / (den + unread)), check.word((num + unread) / (den + unread))}
     else:
         if any(f[0] < KL_FLOOR * f[1] for f in read.values()):  # the floor does not hold: no bound from it
@@ -40,17 +54,18 @@ def possible_words(check: Check, read: Mapping[int, Figure]) -> frozenset[str]:
 
 
 def range_text(check: Check, read: Mapping[int, Figure]) -> str:
-    """The values still possible, in words: ``possible far KL 0.225 to inf, threshold <= 0.050``."""
-    unread = sum(cap for n, cap in enumerate(check.caps) if n not in read)
+    """The values still possible, in words: ``possible kl 0.225 to inf, needs <= 0.050``."""
+    unread = unread_caps(check, read)
     num, den = sum(f[0] for f in read.values()), sum(f[1] for f in read.values())
-    if check.shape == OPEN or den + unread == 0:
+    shape = check.spec.shape
+    if shape in (Shape.RATIO, Shape.ITEM) or den + unread == 0:
         return ""
-    if check.shape == SHARE:
+    if shape == Shape.SHARE:
         low, high = num / (den + unread), (num + unread) / (den + unread)
     else:
         low = (num + KL_FLOOR * unread) / (den + unread)
         low, high = (min(low, num / den) if den else low), (math.inf if unread else num / den)
-    return f"possible {check.metric} {low:.3f} to {high:.3f}, needs {'<=' if check.at_most else '>='} {check.threshold:.3f}"
+    return f"possible {check.metric} {low:.3f} to {high:.3f}, needs {'<=' if check.spec.at_most else '>='} {check.threshold:.3f}"
 
 
 # ------------------------------------------------------------------ the confidence sequence
@@ -61,7 +76,7 @@ def margin(check: Check, index: int, figure: Figure) -> float:
     (a share against ``baseline - drop``: hits - baseline hits + drop x scored; against an absolute threshold:
     hits - threshold x counted; drift: threshold x reads - KL sum)."""
     num, den = figure
-    if check.at_most:
+    if check.spec.at_most:
         return check.threshold * den - num
     if check.drop is not None:
         return num - check.base[index] + check.drop * den
@@ -71,7 +86,7 @@ def margin(check: Check, index: int, figure: Figure) -> float:
 def margin_range(check: Check) -> tuple[float, float]:
     """The least and most an item's margin can be, from the most its items can count (drift: no most KL)."""
     most = max(check.caps, default=0.0)
-    if check.at_most:
+    if check.spec.at_most:
         return -math.inf, check.threshold * most
     if check.drop is not None:
         return -most, (1.0 + check.drop) * most
@@ -81,7 +96,10 @@ def margin_range(check: Check) -> tuple[float, float]:
 def bettors(check: Check, alpha: float) -> tuple[Bettor | None, Bettor | None, Callable[[float], tuple[float, float]]]:
     """(the bettor whose win shows a PASS, the one whose win shows a FAIL, margin -> what each bets on): the margin
     in [0, 1] units where both ends are known (its null at the mean 0); drift's, without an upper end, in units of
-    its upper end, FAIL only. A side without room to bet on (a range that does not straddle 0) is None."""
+    its upper end, FAIL only. A side without room to bet on (a range that does not straddle 0), and a check whose
+    items' margins have no bound at all (a ratio of signed sums, one item's own figure), get None."""
+    if check.spec.shape not in (Shape.SHARE, Shape.MEAN):
+        return None, None, lambda x: (0.0, 0.0)
     low, high = margin_range(check)
     if math.isinf(low):
         if high <= 0:

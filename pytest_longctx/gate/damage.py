@@ -1,4 +1,4 @@
-"""A row's drift (docs/metrics.md#drift): the candidate's distribution against the baseline's
+"""A row's drift and the kind of damage it shows (docs/metrics.md#drift): the candidate's distribution against the baseline's
 at far, near and control reads, how much more it moved far back than near (with a paired
 interval over items), and what kind of damage that is (docs/metrics.md#damage-kinds).
 
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from pytest_longctx.gate.uncertainty import Sample, difference
-from pytest_longctx.metrics.drift import pooled
+from pytest_longctx.metrics.drift import ItemDrift, ReadSums, pooled
+from pytest_longctx.metrics.item_figures import ItemFigures
 from pytest_longctx.numbers import meets
 
 FAR_SPECIFIC, GENERAL, BOTH, NONE = "far-specific", "general", "both", "none"
@@ -161,36 +162,35 @@ def _group(found: Mapping[str, Any]) -> GroupDrift:
     return GroupDrift(found["reads"], found["kl"], found["same_top1"], found["dlogp"])
 
 
-def excess(summaries: list[Mapping[str, Any]], against: str, total: str, count: str,
-           times: float = 1.0) -> tuple[Interval, float] | None:
-    """The paired bootstrap (interval, sd) over items of far minus ``times`` x ``against`` of
-    one figure (``total`` over ``count`` reads)."""
-    sample = Sample.of((s["far"][total], s["far"][count], times * s[against][total], s[against][count]) for s in summaries)
+def excess(summaries: list[ItemDrift], against: str, times: float = 1.0,
+           dlogp: bool = False) -> tuple[Interval, float] | None:
+    """The paired bootstrap (interval, sd) over items of far minus ``times`` x ``against`` of mean KL_K (``dlogp``:
+    of mean Δ log p) per read."""
+
+    def share(sums: ReadSums, scale: float) -> tuple[float, float]:
+        return (scale * sums.dlogp, sums.dlogp_reads) if dlogp else (scale * sums.kl, sums.reads)
+
+    sample = Sample.of((*share(s.far, 1.0), *share(s.group(against), times)) for s in summaries)
     return difference(sample)
 
 
-def far_sample(summaries: list[Mapping[str, Any]]) -> Sample:
-    """Mean far KL_K over items against zero (the baseline's KL to itself), for its interval and bound."""
-    return Sample.of((s["far"]["kl"], s["far"]["reads"], 0.0, s["far"]["reads"]) for s in summaries)
+def summaries_of(per_item: Mapping[str, ItemFigures], keep: Callable[[ItemFigures], bool]) -> list[ItemDrift]:
+    """The drift of the items of one set's ``per_item`` that ``keep`` accepts (items without one, read without
+    the baseline's top-k or elsewhere, are left out)."""
+    return [figures.drift for figures in per_item.values() if figures.drift is not None and keep(figures)]
 
 
-def summaries_of(metrics: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], bool]) -> list[Mapping[str, Any]]:
-    """The drift summaries of the items of one set's ``per_item`` that ``keep`` accepts (items
-    without one, read without the baseline's top-k or elsewhere, are left out)."""
-    return [entry["drift"] for entry in metrics.get("per_item", {}).values() if "drift" in entry and keep(entry)]
-
-
-def row_drift(summaries: list[Mapping[str, Any]], threshold: float) -> Drift | None:
-    """A row's drift from its items' summaries; None without any."""
+def row_drift(summaries: list[ItemDrift], threshold: float) -> Drift | None:
+    """A row's drift from its items' sums; None without any."""
     if not summaries:
         return None
     groups = pooled(summaries)
     # like with like where every item has near reads to resample; else the control reads every item has
-    against = "near" if all(s["near"]["reads"] for s in summaries) else "control"
+    against = "near" if all(s.near.reads for s in summaries) else "control"
     far, other = groups["far"], groups[against]
-    kl_found = excess(summaries, against, "kl", "reads")
-    doubled = excess(summaries, against, "kl", "reads", times=2.0)
-    dlogp_found = excess(summaries, against, "dlogp", "dlogp_reads")
+    kl_found = excess(summaries, against)
+    doubled = excess(summaries, against, times=2.0)
+    dlogp_found = excess(summaries, against, dlogp=True)
     return Drift(
         items=len(summaries), far=_group(far), near=_group(groups["near"]), control=_group(groups["control"]), against=against,
         difference=None if far["kl"] is None or other["kl"] is None else far["kl"] - other["kl"],

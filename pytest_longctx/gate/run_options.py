@@ -9,9 +9,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.options.fronts import read_plugin_options
-from pytest_longctx.options.table import SEQUENTIAL_MODES, THRESHOLD_FIELDS, plugin_option
-
-EXACT, CONFIDENT, OFF = SEQUENTIAL_MODES
+from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class GateOptions:
     backend: str
     cache_dir: str | None
     thresholds: Thresholds
-    markdown: str | None = None  # reports (reports/files.py)
+    markdown: str | None = None  # reports (reports/finish.py)
     html: str | None = None
     compressor: str | None = None  # the compressor gate (compress/run.py)
     knobs: tuple[str, ...] = ()
@@ -45,7 +43,7 @@ class GateOptions:
     kv_press: str | None = None  # --longctx-kv-press NAME[:key=value,...]
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
-    sequential: str = OFF  # --longctx-sequential: read until each verdict is settled (gate/sequential/), or everything
+    sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -93,17 +91,17 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
     )
 
 
-def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> str:
+def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> Sequential:
     """--longctx-sequential: exact unless given; a baseline update reads every item, so it takes off only, and
     the compressor gate compresses every session."""
     if compressor:
-        if given not in (None, OFF):
+        if given not in (None, Sequential.OFF):
             raise LongctxError(f"--longctx-sequential {given}: the model gate's; the compressor gate "
                                "(--longctx-compressor) compresses every session, leave it out")
-        return OFF
+        return Sequential.OFF
     if update_baseline:
-        if given not in (None, OFF):
+        if given not in (None, Sequential.OFF):
             raise LongctxError(f"--longctx-sequential {given}: a baseline update (--longctx-update-baseline) reads every "
                                "item, so a baseline holds them all; leave it out, or give off")
-        return OFF
-    return given or EXACT
+        return Sequential.OFF
+    return Sequential(given) if given else Sequential.EXACT

@@ -1,0 +1,126 @@
+"""Exact sequential reading gives every test the outcome reading everything gives (SPEC 3.4), whatever the figures:
+the gate itself (``GateRun``, as pytest drives it) over every set kind the test data has (facts, tool calls, the three
+rules languages, agent sessions), on candidates whose every figure is drawn at random from the baseline's (hits
+flipped, log-probabilities and rule effects moved, drift at every read, now and then a NaN), under random thresholds
+and overrides, every test selected or the rows and cells alone; and split over two xdist-like workers whose exports
+a controller absorbs. No model runs: the candidate's scores are the drawn ones, handed to the gate's reader in place
+of the engine's."""
+from __future__ import annotations
+
+import copy
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.run_options import GateOptions
+from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
+from pytest_longctx.metrics.drift import Block, block
+from pytest_longctx.options.table import Sequential
+from pytest_longctx.scoring.pipeline import Scored
+from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, load_scores
+
+OVERRIDES = ["", "facts-2k-*:item_drop=0.05", "tool_calls-2k:kl=0.3", "rules_*-2k-*:retained=0.2", "rules_en-follow-*:follow=0.3",
+             "*:kl=0.01", "faithfulness-*:drop=0.5"]
+
+
+def drawn(baseline: ScoresFile, seed: int, damage: float, nan: float) -> ScoresFile:
+    """A candidate's scores drawn from the baseline's: each hit lost with probability ``damage``, log-probabilities
+    and rule effects moved by up to 2 x ``damage`` nats, every read's distribution moved as much (its drift), and a
+    log-probability NaN with probability ``nan``."""
+    rng = random.Random(seed)
+    found = ScoresFile(mode=baseline.mode, meta=copy.deepcopy(baseline.meta))
+    for config, length, item_id, scores in baseline.items():
+        targets = [_moved(record, rng, damage, nan) for record in scores.targets]
+        controls = [_moved(record, rng, damage, 0.0) for record in scores.controls]
+        theirs = Block.decode(scores.drift)
+        ref = []
+        for lps in theirs.lps:
+            p = np.exp(np.array(lps, dtype=float))
+            q = p * np.exp([rng.uniform(-2 * damage, 2 * damage) for _ in lps])
+            q = q / max(1.0, q.sum() + rng.uniform(0.0, damage))  # a sub-distribution: its rest bucket at least 0
+            ref.append([math.log(v) if v > 0 else -math.inf for v in q])
+        top1 = [t if rng.random() > damage else t + 1 for t in theirs.top1]
+        mine = block(theirs.at, top1, None, ref, theirs.k)
+        found.scores.setdefault(config, {}).setdefault(length, {})[item_id] = ItemScores(scores.fingerprint, targets, controls, mine)
+    return found
+
+
+def _moved(record: dict, rng: random.Random, damage: float, nan: float) -> dict:
+    if "unaligned" in record:
+        return dict(record)
+    if "logprobs" in record:
+        lps = [None if rng.random() < nan else lp - rng.uniform(0, 2 * damage) for lp in record["logprobs"]]
+        return {"hits": [h and rng.random() > damage for h in record["hits"]], "logprobs": lps}
+    return {"score_without": record["score_without"] - rng.uniform(0, 2 * damage),
+            "score_with": record["score_with"] - rng.uniform(0, 4 * damage)}
+
+
+class Drawn:
+    """The gate's reader's source in place of the engine: the drawn scores of the items planned."""
+
+    def __init__(self, scores: ScoresFile):
+        self.scores = scores
+
+    def __call__(self, backend, tokenizer, dataset, mode, plans, *args, **kwargs) -> Scored:
+        part = ScoresFile(mode=mode, meta=copy.deepcopy(self.scores.meta))
+        for plan in plans:
+            found = self.scores.scores[plan.config][plan.length][plan.item.id]
+            part.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = found
+        return Scored(part, sum(p.tokens_forwarded for p in plans))
+
+
+class NoModel:
+    """A backend the drawn scores stand in for: nothing is read through it."""
+
+    def read(self, ids, positions, tokens, top_k=0):
+        raise AssertionError("the drawn scores answer every read")
+
+
+def gate(mode: Sequential, data_dir: Path, baseline: Path, thresholds: Thresholds, scores: ScoresFile, rows_only: bool,
+         units: list[str] | None = None) -> tuple[GateRun, dict[str, str]]:
+    """The gate over the test data at 2k against ``baseline``, the drawn ``scores`` read: (the run, each selected test's
+    outcome; ``units``: read only these, as one xdist worker does, and judge nothing)."""
+    options = GateOptions(model="drawn", data=str(data_dir), sets=None, lengths=["2k"], limit=None, mode="auto",
+                          baseline=str(baseline), update_baseline=False, out=None, only=True, dtype="float32", device="cpu",
+                          backend="hf", cache_dir="off", thresholds=thresholds, sequential=mode)
+    run = GateRun(options, Path.cwd())
+    cases = [c for c in run.cases() if not (rows_only and c.kind == "item")]
+    run.select(cases)
+    run.reader.source = Drawn(scores)
+    run.ensure(units if units is not None else sorted({c.unit for c in cases}), NoModel(), progress=False)
+    return run, ({} if units is not None else {case.key: run.judge(case).word for case in cases})
+
+
+@pytest.fixture(scope="module")
+def baseline_scores(gate_baseline) -> ScoresFile:
+    return load_scores(gate_baseline)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31), damage=st.sampled_from([0.0, 0.01, 0.1, 0.5, 2.0]), nan=st.sampled_from([0.0, 0.0, 0.05]),
+       drop=st.sampled_from([0.0, 0.05, 0.3]), follow=st.sampled_from([0.5, 0.9]), retained=st.sampled_from([0.5, 0.9]),
+       kl=st.sampled_from([0.0, 0.05, 1.0]), item_drop=st.sampled_from([0.05, 1.0]), min_effect=st.sampled_from([0.001, 0.05, 1.0]),
+       override=st.sampled_from(OVERRIDES), rows_only=st.booleans())
+def test_exact_gives_every_test_offs_outcome(data_dir, gate_baseline, baseline_scores, seed, damage, nan, drop, follow,
+                                             retained, kl, item_drop, min_effect, override, rows_only):
+    thresholds = Thresholds(drop=drop, follow=follow, retained=retained, kl=kl, item_drop=item_drop, min_effect=min_effect,
+                            overrides=parse_overrides([override] if override else [], "test"))
+    scores = drawn(baseline_scores, seed, damage, nan)
+    off, want = gate(Sequential.OFF, data_dir, gate_baseline, thresholds, scores, rows_only)
+    exact, got = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only)
+    assert got == want
+    assert exact.reader.forwarded <= off.reader.forwarded == off.reader.whole
+    # split over two workers as pytest-xdist splits a run by unit, each exporting what it read to the controller
+    controller, _ = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only, units=[])
+    for units in (["facts", "rules"], ["tool_calls", "faithfulness"]):
+        worker, _ = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only, units=units)
+        controller.absorb(worker.export())
+    cases = [c for c in controller.cases() if not (rows_only and c.kind == "item")]
+    assert {case.key: controller.judge(case).word for case in cases} == want
+    assert controller.reader.forwarded == exact.reader.forwarded
