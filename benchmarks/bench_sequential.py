@@ -34,9 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import quantized_variants  # noqa: E402
+import quantized_variants
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
 from pytest_longctx.data.load import Dataset, load_dataset
@@ -54,7 +52,7 @@ from pytest_longctx.reports.format import table
 from pytest_longctx.scoring.modes import choose_mode
 from pytest_longctx.scoring.pipeline import compute_sets, item_entry, item_tokens, score_items
 from pytest_longctx.scoring.scores_file import ScoresFile, load_scores
-from variants import build  # noqa: E402
+from variants import build
 
 HERE = Path(__file__).parent
 ITSELF, KV = "the model itself", "kv-int4"

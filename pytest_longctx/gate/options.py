@@ -34,7 +34,7 @@ class GateOptions:
     backend: str
     cache_dir: str | None
     thresholds: Thresholds
-    markdown: str | None = None  # reports (reports/files.py)
+    markdown: str | None = None  # reports (reports/finish.py)
     html: str | None = None
     compressor: str | None = None  # the compressor gate (compress/run.py)
     knobs: tuple[str, ...] = ()

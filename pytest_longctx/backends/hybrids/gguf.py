@@ -1,5 +1,5 @@
 """Hybrids of two GGUF files of one model, for ``longctx blame --backend llama.cpp``: the parts of
-a GGUF file, named as ``parts.part_name`` names them, and a
+a GGUF file, named as ``pair.part_name`` names them, and a
 ``Pair`` whose hybrids are GGUF files written with the ``gguf`` package and read by llama.cpp.
 
 A hybrid holds every metadata key and every tensor of its base file, except the tensors of

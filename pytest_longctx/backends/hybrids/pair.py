@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, TypeGuard, runtime_checkable
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
@@ -111,6 +111,11 @@ class RecordsBoundaries(Protocol):
         """What the recorded boundaries saved: ``scoring``, the token-layers a whole scoring of the items
         runs; ``skipped``, those the hybrids that started from a boundary did not run; ``bytes``, what the
         boundaries hold."""
+
+
+def can_record(pair: Pair) -> TypeGuard[RecordsBoundaries]:
+    """Whether ``pair``'s hybrids can start from its sides' recorded layer boundaries (``RecordsBoundaries``)."""
+    return isinstance(pair, RecordsBoundaries) and pair.can_reuse()
 
 
 @dataclass(frozen=True)
