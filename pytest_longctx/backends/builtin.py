@@ -4,7 +4,7 @@ for (its package imported only when the name is used), the ``--backend-option`` 
 made from ``BUILTIN``: the registry's built-ins, the backends whose model reference is checked and an
 alias resolved before their factory runs, the keys each front end checks a run's settings against, the
 backends blame makes hybrids for, and docs/options.md's key tables. Adding one is its package and an
-entry here (docs/architecture.md#adding-a-backend); tests/test_backend_specs.py holds every other
+entry here (docs/architecture.md#adding-a-backend); tests/test_builtin_backends.py holds every other
 place that names them to this table."""
 from __future__ import annotations
 
