@@ -21,9 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import gguf_variants  # noqa: E402
+import gguf_variants
 from pytest_longctx.backends import load_backend
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.numbers import number

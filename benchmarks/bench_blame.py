@@ -104,7 +104,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     from pytest_longctx.backends.aliases import resolve_model
-    from pytest_longctx.backends.hybrids.pairs import load_models
+    from pytest_longctx.backends.hybrids import load_models
     from pytest_longctx.data.load import load_dataset
     from pytest_longctx.scoring.scores_file import load_scores
 

@@ -51,10 +51,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import gguf_variants  # noqa: E402
-import quantized_variants  # noqa: E402
+import gguf_variants
+import quantized_variants
 from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.gate.comparison import compare_files
 from pytest_longctx.gate.results_file import read_results
@@ -63,7 +61,7 @@ from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
 from pytest_longctx.scoring.scores_file import load_scores
-from variants import VARIANTS, build  # noqa: E402
+from variants import VARIANTS, build
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"

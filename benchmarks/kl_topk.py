@@ -38,14 +38,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from pytest_longctx.data.load import load_dataset  # noqa: E402
-from pytest_longctx.metrics.drift import GROUPS, Block, block, float32, item_reads, kl_k, places  # noqa: E402
-from pytest_longctx.parse import comma_list  # noqa: E402
-from pytest_longctx.reports.format import table  # noqa: E402
-from pytest_longctx.scoring.modes import choose_mode, plan_reads  # noqa: E402
-from pytest_longctx.scoring.scores_file import load_scores  # noqa: E402
+from pytest_longctx.data.load import load_dataset
+from pytest_longctx.metrics.drift import GROUPS, Block, block, float32, item_reads, kl_k, places
+from pytest_longctx.parse import comma_list
+from pytest_longctx.reports.format import table
+from pytest_longctx.scoring.modes import choose_mode, plan_reads
+from pytest_longctx.scoring.scores_file import load_scores
 
 BASELINE = Path("baselines/smollm2-135m.json.gz")
 CANDIDATES = ("int8", "int4-g64", "int2-g64", "window512", "kv-int4")

@@ -4,19 +4,20 @@ html``, then a screenshot of the page's top in headless Chromium (Debian's packa
     # from any run: a baseline (or --save_scores file) and the model's results
     longctx score --model smollm2-135m --lengths 8k --save_scores base.json.gz
     longctx score --model ./smollm2-int4 --lengths 8k --reference_scores base.json.gz --out mine.json
-    python benchmarks/report_picture.py base.json.gz mine.json --out docs/report.png
+    PYTHONPATH=tests python benchmarks/report_picture.py base.json.gz mine.json --out docs/report.png
 
     # the picture in docs/evidence.md today: SmolLM2 with attention limited to its last 512
     # tokens, against the committed baseline (the results the validity study leaves)
     python benchmarks/gate_validity.py --lengths 2k,8k --limit 4 --only window512
-    python benchmarks/report_picture.py baselines/smollm2-135m.json.gz variants/results/window512.json \
+    PYTHONPATH=tests python benchmarks/report_picture.py baselines/smollm2-135m.json.gz variants/results/window512.json \
            --model-name variants/window512
 
     # without a model at hand: the tests' tiny trained qwen3 and a noisy copy of it, on the
     # tests' hand-built items (about a minute on a CPU)
-    python benchmarks/report_picture.py --tiny --out report.png
+    PYTHONPATH=tests python benchmarks/report_picture.py --tiny --out report.png
 
-Run it from the repository root; the file names given are the ones the page shows.
+Run it from the repository root, with the tests' helpers (tests/kit/: the browser, the tiny models) on
+the import path; the file names given are the ones the page shows.
 """
 from __future__ import annotations
 
@@ -27,10 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers, tests/kit/
-
-from kit import browser  # noqa: E402
+from kit import browser
 
 TINY_NOISE = 0.3  # weight noise of the tiny "compressed" model: it forgets some, not all
 

@@ -61,6 +61,7 @@ class Shape:
     args: tuple[str, ...]
     check: Callable[[str, dict[str, Path]], None] | None = None
     skip: Callable[[], str | None] = field(default=lambda: None)
+    kit: bool = False  # it imports the tests' helpers: run with tests/ on PYTHONPATH, as its docstring says
 
 
 def cells(out: str, first: str, nth: int = 0) -> list[dict[str, str]]:
@@ -262,7 +263,7 @@ SHAPES = [
     pytest.param(Shape("split_invariance.py", (), split_rows), marks=LLAMA, id="split_invariance"),
     pytest.param(Shape("backend_agreement.py", (*DATA, *TWO_K, "--sets", "facts", "--variants", "{variants}"),
                        agreement_rows), marks=LLAMA, id="backend_agreement"),
-    pytest.param(Shape("report_picture.py", ("--tiny", "--out", "{tmp}/report.png"), picture, browser.missing),
+    pytest.param(Shape("report_picture.py", ("--tiny", "--out", "{tmp}/report.png"), picture, browser.missing, kit=True),
                  marks=hf("matplotlib", extras="hf,report"), id="report_picture"),
     pytest.param(Shape("extract_wikipedia.py", ("{dump}", "{tmp}/articles.jsonl.gz"), articles), id="extract_wikipedia"),
     pytest.param(Shape("collect_code.py", ("{tmp}/code",), code_files, distribution_missing), id="collect_code"),
@@ -365,9 +366,10 @@ def test_the_benchmark_runs_on_its_smallest_shape(shape: Shape, request, tmp_pat
     paths = {"tmp": tmp_path, **{name: request.getfixturevalue("data_dir" if name == "data" else name)
                                  for name in names - {"tmp"}}}
     args = [arg.format(**paths) for arg in shape.args]
+    path = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))} if shape.kit else {}
     done = subprocess.run([sys.executable, str(BENCHMARKS / shape.script), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
-    print(f"$ python benchmarks/{shape.script} {' '.join(args)}\n{done.stdout}")
+                          text=True, timeout=600, env={**os.environ, **path})
+    print(f"$ {'PYTHONPATH=tests ' if shape.kit else ''}python benchmarks/{shape.script} {' '.join(args)}\n{done.stdout}")
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert not re.search(r"\berror\b", done.stdout), done.stdout  # a cell that could not be measured
     assert not re.search(r"\b(nan|inf)\b", done.stdout, re.I), done.stdout  # a ratio that is no number

@@ -17,7 +17,7 @@ from kit.needs import needs, needs_smollm2
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.backends.hybrids.gguf import GGUFPair
-from pytest_longctx.backends.hybrids.pair import CANDIDATE, select_parts
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, RecordsBoundaries, can_record, select_parts
 from pytest_longctx.backends.hybrids.transformers import Hybrid, StateDictPair, check_compatible, model_parts
 from pytest_longctx.cli.main import main
 from pytest_longctx.data.load import load_dataset
@@ -110,6 +110,13 @@ def test_planted_damage_is_ranked_first_and_is_the_fix_set(original, nudged, dat
     assert found.to_json()["fix_set"]["parts"] == found.fix_set
     after = TransformersBackend(candidate).weights_fingerprint(), TransformersBackend(original).weights_fingerprint()
     assert after == before  # both models are as loaded again
+
+
+def test_a_pair_records_layer_boundaries_through_the_members_it_declares(original, candidate):
+    """blame asks a pair to record its sides' layer boundaries only through ``RecordsBoundaries``: two transformers
+    models declare its members and can; a GGUF pair, whose hybrids llama.cpp runs from the token ids, declares none."""
+    assert can_record(StateDictPair(original, candidate, None))
+    assert not issubclass(GGUFPair, RecordsBoundaries)
 
 
 def test_a_part_is_unchanged_only_with_the_same_values_stored_the_same_way(original, candidate, qwen_tokenizer):

@@ -219,9 +219,9 @@ def test_every_plugin_option_named_exists(page: Path, known: set[str]) -> None:
 
 
 def test_the_option_tables_of_options_md_are_the_declared_options() -> None:
-    """docs/options.md's tables are made from options/table.py and options/backend_keys.py: each one the
-    declarations make is there, as they make it (python -m pytest_longctx.options.docs docs/options.md)."""
-    from pytest_longctx.options import docs
+    """docs/options.md's tables are made from options/table.py and each built-in backend's keys: each one the
+    declarations make is there, as they make it (python -m pytest_longctx.cli.options_docs docs/options.md)."""
+    from pytest_longctx.cli import options_docs as docs
 
     text = OPTIONS_MD.read_text()
     assert docs.missing(text) == []

@@ -107,7 +107,7 @@ def test_bad_specs_and_the_windowed_caches_are_one_line(model, spec, said):
 
 def test_a_press_beside_it_and_blame_under_it_are_one_line(model, tmp_path):
     from pytest_longctx.backends import load_backend
-    from pytest_longctx.backends.hybrids.pairs import load_models
+    from pytest_longctx.backends.hybrids import load_models
 
     model.save_pretrained(tmp_path / "tiny")
     with pytest.raises(LongctxError, match=r"^--kv-press snapkv and --backend-option kv-cache=fp8: a press compresses a plain "

@@ -8,8 +8,7 @@ import textwrap
 import pytest
 from kit.needs import needs, needs_smollm2
 
-from pytest_longctx import backends
-from pytest_longctx.backends import load_backend
+from pytest_longctx.backends import builtin, load_backend
 from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
 
@@ -57,7 +56,7 @@ def test_other_dtypes_and_devices_are_refused(fake_gguf):
 
 
 def test_a_backend_without_options_says_so(fake_gguf, monkeypatch):
-    monkeypatch.setitem(backends.BUILTIN, "plain", lambda model, dtype, device: None)
+    monkeypatch.setitem(builtin.FACTORIES, "plain", lambda model, dtype, device: None)
     assert error_of(str(fake_gguf), ["threads=2"], backend="plain") == "--backend plain: takes no --backend-option (given: threads)"
     assert error_of(str(fake_gguf), ["threads=2"], backend="hf").startswith(
         "--backend-option threads=2: the transformers backend has no option 'threads'")

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_longctx.backends.builtin import BY_NAME, check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.run_options import read_options
-from pytest_longctx.options.backend_keys import BUILTIN, check_backend_settings
 from pytest_longctx.options.keys import KeyTable
 from pytest_longctx.options.table import COMMANDS, PYTEST, Option, taken_by
 from pytest_longctx.options.values import Value
@@ -197,8 +197,8 @@ class _Lines:
 
 @st.composite
 def backend_settings(draw):
-    backend = draw(st.sampled_from(sorted(BUILTIN)))
-    table: KeyTable = BUILTIN[backend]
+    backend = draw(st.sampled_from(sorted(BY_NAME)))
+    table: KeyTable = BY_NAME[backend].keys
     keys = draw(st.lists(st.sampled_from([k.name for k in table.keys] + ["frobnicate", "", "kv cache"]), max_size=4, unique=True))
     settings = [f"{key}={draw(raw_values(table.key(key).value) if table.key(key) else GARBAGE)}" for key in keys]
     settings += draw(st.sampled_from([[], ["no-equals-sign"]]))

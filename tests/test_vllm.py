@@ -44,9 +44,9 @@ def cpu_memory():
 
 @pytest.fixture(scope="module")
 def smollm2(_private_cache):
-    from pytest_longctx.backends.hf import smollm2_folder
+    from pytest_longctx.backends.aliases import resolve_model
 
-    return smollm2_folder()
+    return resolve_model("smollm2-135m")
 
 
 @pytest.fixture(scope="module")

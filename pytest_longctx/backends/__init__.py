@@ -1,84 +1,63 @@
-"""Backends: the transformers one (``hf``), llama.cpp's (``llama.cpp``), vLLM's (``vllm`` in process,
-``vllm-server`` over HTTP), or any factory named as
-``module:factory`` or registered in the ``pytest_longctx.backends`` entry-point group that builds
-an object with ``read(ids, positions, tokens, top_k=0)`` (see ``base.Backend``)."""
+"""Backends by name: a built-in one (``builtin.BUILTIN``: transformers, llama.cpp, vLLM in process and
+over HTTP), or any factory named as ``module:factory`` or registered in the ``pytest_longctx.backends``
+entry-point group that builds an object with ``read(ids, positions, tokens, top_k=0)`` (see
+``base.Backend``)."""
 from __future__ import annotations
 
 import inspect
 from typing import Any, Sequence
 
-from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model
+from pytest_longctx.backends.aliases import model_reference
 from pytest_longctx.backends.base import Backend, tokenizer_of
-from pytest_longctx.backends.registry import BACKENDS, Deferred, RegistryError, resolve
+from pytest_longctx.backends.builtin import BUILTIN, BY_NAME, FACTORIES, ModelKind
+from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
 from pytest_longctx.errors import LongctxError, first_line, without_credentials
-from pytest_longctx.options.keys import split_settings
+from pytest_longctx.options.backend_keys import backend_options
 
-
-def _transformers() -> Any:
-    from pytest_longctx.backends import hf  # torch and transformers: loaded when the backend is named
-
-    return hf.factory
-
-
-def _llama_cpp() -> Any:
-    from pytest_longctx.backends import llama_cpp
-
-    return llama_cpp.factory
-
-
-def _vllm() -> Any:
-    from pytest_longctx.backends import vllm
-
-    return vllm.factory
-
-
-def _vllm_server() -> Any:
-    from pytest_longctx.backends import vllm
-
-    return vllm.server_factory
-
-
-BUILTIN = {"hf": Deferred(_transformers), "llama.cpp": Deferred(_llama_cpp), "vllm": Deferred(_vllm),
-           "vllm-server": Deferred(_vllm_server)}
-
-
-def backend_options(pairs: Sequence[str]) -> dict[str, str]:
-    """``--backend-option KEY=VALUE`` (repeatable) as a dict; each key once, neither blank. The
-    backend's factory checks the keys and values it takes (options/backend_keys.py)."""
-    return split_settings("--backend-option", pairs, "cache-type-k=q8_0")
+KV_PRESS = "kv-press"  # the --backend-option a --kv-press is handed to
 
 
 def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: str = "auto",
                  options: Sequence[str] = (), trust_remote_code: bool = False, kv_press: str | None = None) -> tuple[Backend, Any]:
     """(backend, tokenizer) for a model reference.
 
-    ``backend`` is ``hf`` (transformers), ``llama.cpp``, an entry point's name or
+    ``backend`` is a built-in's name (``hf``, transformers, the default), an entry point's name or
     ``module:factory``; the factory is called as ``factory(model=..., dtype=..., device=...)``
     (and ``options={KEY: VALUE}`` when ``--backend-option``s are given, ``trust_remote_code=True``
     when the user allows a model's own code to run) and returns the backend; its tokenizer is
-    its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode). ``kv_press``: a kvpress
+    its ``tokenizer`` attribute (``None`` restricts scoring to the ids mode). A built-in whose model
+    is a reference (``ModelKind.REFERENCE``) is handed it checked, an alias resolved
+    (``aliases.model_reference``), with the name as given as ``name=``. ``kv_press``: a kvpress
     press (``--kv-press``, backends/hf/presses.py), which the transformers backend takes as its
     ``kv-press`` option.
     """
     settings = backend_options(options)
+    builtin = BY_NAME.get(backend)
     if kv_press:
-        if backend != "hf":
-            raise LongctxError(f"--kv-press {kv_press}: kvpress's presses run in the transformers backend (--backend hf), "
-                               f"not {backend}")
-        if "kv-press" in settings:
-            raise LongctxError(f"--kv-press {kv_press}: a press is also given as --backend-option kv-press={settings['kv-press']}; "
+        pressing = next(b for b in BUILTIN if b.takes(KV_PRESS))
+        if builtin is not pressing:
+            raise LongctxError(f"--kv-press {kv_press}: kvpress's presses run in {pressing.keys.owner} (--backend "
+                               f"{pressing.name}), not {backend}")
+        if KV_PRESS in settings:
+            raise LongctxError(f"--kv-press {kv_press}: a press is also given as --backend-option kv-press={settings[KV_PRESS]}; "
                                "give one")
-        settings["kv-press"] = kv_press
-    if backend in MODEL_BACKENDS:
-        check_model(model)  # a typo of an alias, a missing path, an uncached hub id offline: one line before any loading
+        settings[KV_PRESS] = kv_press
+    named = builtin is not None and builtin.model is ModelKind.REFERENCE
     try:
-        factory = resolve(backend, BACKENDS, BUILTIN)
+        # a typo of an alias, a missing path, an uncached hub id offline: one line before any loading
+        reference = model_reference(model) if named else model
+    except LongctxError:
+        raise
+    except Exception as exc:  # an alias's own resolver
+        raise _failed(backend, model, exc) from None
+    try:
+        factory = resolve(backend, BACKENDS, FACTORIES)
     except RegistryError as exc:
         raise LongctxError(f"--backend {backend}: {exc}") from None
     if not callable(factory):
         raise LongctxError(f"--backend {backend}: names a {type(factory).__name__}, not a factory (a function or class)")
-    arguments: dict[str, Any] = {"model": model, "dtype": dtype, "device": device, **({"options": settings} if settings else {}),
-                                 **({"trust_remote_code": True} if trust_remote_code else {})}
+    arguments: dict[str, Any] = {"model": reference, "dtype": dtype, "device": device, **({"options": settings} if settings else {}),
+                                 **({"trust_remote_code": True} if trust_remote_code else {}), **({"name": model} if named else {})}
     try:
         inspect.signature(factory).bind(**arguments)
     except TypeError as exc:
@@ -97,9 +76,13 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     except LongctxError:
         raise
     except Exception as exc:
-        first = first_line(exc)
-        raise LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
-                                               f"{type(exc).__name__}" + (f": {first}" if first else ""))) from None
-    if not callable(getattr(made, "read", None)):
+        raise _failed(backend, model, exc) from None
+    if not isinstance(made, Backend) or not callable(made.read):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
     return made, tokenizer_of(made)
+
+
+def _failed(backend: str, model: str, exc: Exception) -> LongctxError:
+    first = first_line(exc)
+    return LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
+                                            f"{type(exc).__name__}" + (f": {first}" if first else "")))

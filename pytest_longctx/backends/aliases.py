@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Callable
 
+from pytest_longctx.backends.hub_ids import looks_like_hub_id
 from pytest_longctx.backends.registry import ALIASES, Deferred, RegistryError, registered, resolve
 from pytest_longctx.errors import LongctxError
 
 Resolver = Callable[[], str]
-
-# a hub model id: ``name`` or ``org/name``
-HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 def register_alias(name: str, resolver: Resolver) -> None:
@@ -42,40 +39,39 @@ def is_model_name(model: str) -> bool:
     if model in aliases():
         return True
     path = Path(model).expanduser()
-    return bool(HUB_ID.fullmatch(model)) and not model.startswith(".") and path.suffix != ".gguf" and not path.exists()
+    return looks_like_hub_id(model) and path.suffix != ".gguf" and not path.exists()
 
 
 def resolve_model(name: str) -> str:
     """The model reference an alias stands for; any other name unchanged."""
-    if name not in _ALIASES and name not in registered(ALIASES):
-        return name
+    return _resolved(name) if name in aliases() else name
+
+
+def _resolved(alias: str) -> str:
     try:
-        resolver = resolve(name, ALIASES, _ALIASES)
+        resolver = resolve(alias, ALIASES, _ALIASES)
     except RegistryError as exc:
-        raise LongctxError(f"model alias {name}: {exc}") from None
+        raise LongctxError(f"model alias {alias}: {exc}") from None
     return resolver()
 
 
-# the built-in backends whose --model is a hub id, a folder, a .gguf file or an alias (vllm-server's is a URL)
-MODEL_BACKENDS = ("hf", "llama.cpp", "vllm")
 OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
-def check_model(model: str, option: str = "--model") -> None:
-    """What can be known of a model reference before anything is loaded, refused in one line: an alias
-    whose package is missing, a path that is not there, a bare name that is neither a folder nor an alias
-    (a typo of one is never sent to the hub, to be retried there for half a minute), a hub id not in the
-    Hugging Face cache while offline."""
+def model_reference(model: str, option: str = "--model") -> str:
+    """The model reference ``model`` names, what a backend's factory loads: an alias resolved (its package
+    missing is one line), any other name as given once what can be known of it before anything is loaded is
+    checked: a path that is not there, a bare name that is neither a folder nor an alias (a typo of one is
+    never sent to the hub, to be retried there for half a minute), a hub id not in the Hugging Face cache
+    while offline, each refused in one line."""
     if model in aliases():
-        if model.startswith("smollm2-135m") and model in _ALIASES:
-            smollm2_gguf()  # the package is there: the alias's first load converts it
-        return
+        return _resolved(model)
     path = Path(model).expanduser()
     if path.exists():
-        return
+        return model
     if path.suffix == ".gguf":
         raise LongctxError(f"{option} {model}: no such .gguf file")
-    if model.startswith((".", "~", os.sep)) or not HUB_ID.fullmatch(model):
+    if not looks_like_hub_id(model):
         raise LongctxError(f"{option} {model}: no such folder or file (a model folder, a .gguf file, a hub id ORG/NAME or "
                            f"an alias: {', '.join(aliases())})")
     if "/" not in model:
@@ -87,6 +83,7 @@ def check_model(model: str, option: str = "--model") -> None:
     if offline and not _cached(model):
         raise LongctxError(f"{option} {model}: {offline[0]}=1 (offline), and the Hugging Face cache does not hold this "
                            "model; download it where there is a network (or unset the variable), or give its local folder")
+    return model
 
 
 def _cached(model: str) -> bool:
@@ -112,9 +109,10 @@ def smollm2_gguf() -> str:
 
 
 def _smollm2_folder() -> Resolver:
+    gguf = smollm2_gguf()  # a missing package is said before transformers is imported
     from pytest_longctx.backends import hf  # the packaged SmolLM2 is converted by the transformers backend, on first use
 
-    return hf.smollm2_folder
+    return lambda: hf.smollm2_folder(gguf)
 
 
 _ALIASES: dict[str, Resolver | Deferred] = {"smollm2-135m": Deferred(_smollm2_folder), "smollm2-135m-gguf": smollm2_gguf}

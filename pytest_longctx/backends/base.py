@@ -97,7 +97,7 @@ class SessionBackend(Backend, Protocol):
 
 def has_sessions(backend: Backend) -> TypeGuard[SessionBackend]:
     """Whether the backend hands out sessions (the engine then runs shared prefixes once)."""
-    return callable(getattr(backend, "session", None))
+    return isinstance(backend, SessionBackend) and callable(backend.session)
 
 
 # --------------------------------------------------------------- optional members

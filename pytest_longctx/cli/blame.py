@@ -7,8 +7,8 @@ import signal
 import sys
 from typing import Any
 
+from pytest_longctx.backends.hybrids import load_models
 from pytest_longctx.backends.hybrids.pair import Pair
-from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.cli.args import thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError

@@ -5,9 +5,9 @@ import argparse
 import sys
 from typing import NoReturn
 
+from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.cli import blame, build, compare, compress_bench, gguf_fix_set, score
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.reports.format import visible
 
 

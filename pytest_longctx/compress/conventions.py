@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 PROBE_ARGUMENT, PROBE_LAST_MESSAGE = "argument", "last_message"
-ATTRIBUTE = "longctx_conventions"
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,20 @@ def conventions(*, probe: str = PROBE_ARGUMENT, expand: Callable[[str], str | No
     declared = Conventions(probe, expand, pattern, requires, extra, tuple(cache), dict(ranges or {}))
 
     def declare(function: Any) -> Any:
-        setattr(function, ATTRIBUTE, declared)
+        function.longctx_conventions = declared
         return function
 
     return declare
 
 
+@runtime_checkable
+class Declared(Protocol):
+    """A compressor the ``conventions`` decorator marked."""
+
+    longctx_conventions: Conventions
+
+
 def declared(function: Any) -> Conventions:
     """What ``function`` declared, or the plain conventions."""
-    found = getattr(function, ATTRIBUTE, None)
+    found = function.longctx_conventions if isinstance(function, Declared) else None
     return found if isinstance(found, Conventions) else Conventions()

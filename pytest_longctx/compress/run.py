@@ -71,6 +71,8 @@ class CompressorRun:
     """The compressor gate's run (a ``GateSession``): items, the compressor, outcomes,
     verdicts. It needs no baseline: the full context is the reference."""
 
+    baseline = None  # GateSession's: no baseline file
+
     def __init__(self, options: GateOptions, invocation_dir: Path):
         if options.compressor is None:
             raise LongctxError("the compressor gate needs --longctx-compressor module:function")

@@ -31,6 +31,7 @@ from pytest_longctx.gate.run_options import GateOptions
 if TYPE_CHECKING:  # the verdicts import numpy, and every pytest run loads the plugin's hooks, which import this
     from pytest_longctx.gate.verdict import Verdict
     from pytest_longctx.metrics.item_figures import Sets
+    from pytest_longctx.scoring.scores_file import ScoresFile
 
 Progress = Callable[[int, int], Any] | bool  # a factory of progress displays; False: none
 
@@ -81,6 +82,9 @@ class GateSession(Protocol):
 
     options: GateOptions
     warnings: list[str]  # what the summary and every report warn of (the front end may add its own)
+    # the baseline the model gate judges against (the longctx_baseline fixture); None while it makes one,
+    # and for the compressor gate, whose reference is the full context
+    baseline: ScoresFile | None
 
     def cases(self) -> list[Case]:
         """Every test the gate generates for its data and options."""

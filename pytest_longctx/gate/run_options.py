@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
-from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.options.fronts import read_plugin_options
 from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
 

@@ -1,6 +1,7 @@
 """The ``--backend-option KEY=VALUE`` keys each built-in backend takes (``--longctx-backend-option``
-in the plugin), declared once: the backends parse their settings with these tables, the front
-ends check a run's settings with them before any model is loaded, and docs/options.md lists them."""
+in the plugin), declared once: the backends parse their settings with these tables, and each built-in
+backend's record (backends/builtin.py) names its own, which the front ends check a run's settings with
+before any model is loaded and docs/options.md lists. ``backend_options`` splits the settings."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -60,16 +61,8 @@ VLLM_SERVER = KeyTable(OPTION, "the vllm-server backend", (
         "under it are reused"),
 ))
 
-BUILTIN = {"hf": TRANSFORMERS, "llama.cpp": LLAMA_CPP, "vllm": VLLM, "vllm-server": VLLM_SERVER}
 
-
-def check_backend_settings(backend: str, settings: Sequence[str], option: str = OPTION) -> dict[str, str]:
-    """``settings`` (``KEY=VALUE``, repeatable) split, and checked against ``backend``'s table where
-    it is a built-in (a backend of the user's own checks its own): one line for a blank, unknown
-    or malformed setting, before any model is loaded."""
-    table = BUILTIN.get(backend)
-    if table is None:
-        return split_settings(option, settings, "KEY=VALUE")
-    given = split_settings(option, settings, table.example())
-    table.parse(given, option)
-    return given
+def backend_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``--backend-option KEY=VALUE`` (repeatable) as a dict; each key once, neither blank. The
+    backend's factory checks the keys and values it takes."""
+    return split_settings(OPTION, pairs, "cache-type-k=q8_0")

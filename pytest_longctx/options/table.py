@@ -39,7 +39,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 REPORT_FORMATS = ("text", "markdown", "json", "html")
 GRANULARITIES = ("layer", "block", "tensor")  # blame's parts
 SEARCHES = ("groups", "exhaustive")  # blame's searches
-PAIR_BACKENDS = ("hf", "llama.cpp")  # the backends blame makes hybrids for
+# the backends blame makes hybrids for: those whose record in backends/builtin.py, above the options, loads a
+# pair (tests/test_builtin_backends.py holds the two together)
+PAIR_BACKENDS = ("hf", "llama.cpp")
 FIX_BUDGET = 32  # the hybrids blame's fix set search may score by default (its steps and the pruning after)
 BUDGET = 40  # the models blame scores on the blamed items by default: the dense case's search ends well within it
 GROUPS_FROM = 8  # changed parts from which blame's group search measures fewer hybrids than every part both ways

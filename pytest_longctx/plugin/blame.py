@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pytest
 
-from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import is_model_name
+from pytest_longctx.backends.builtin import PAIRED
+from pytest_longctx.backends.hybrids import load_models
 from pytest_longctx.backends.hybrids.pair import Pair
-from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
@@ -28,7 +28,8 @@ from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.options.table import BUDGET, PAIR_BACKENDS, THRESHOLD_FIELDS
+from pytest_longctx.options.backend_keys import backend_options
+from pytest_longctx.options.table import BUDGET, THRESHOLD_FIELDS
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
 from pytest_longctx.reports.finish import append, step_summary
@@ -217,11 +218,11 @@ def follow_up(run: GateRun, config: pytest.Config, finished: Callable[[], Evalua
     kv_cache = backend_options(options.backend_options).get("kv-cache") if options.backend == "hf" else None
     context = (f"--longctx-kv-press {options.kv_press}" if options.kv_press
                else f"--longctx-backend-option kv-cache={kv_cache}" if kv_cache else None)
-    if options.update_baseline or options.backend not in PAIR_BACKENDS or context:
+    if options.update_baseline or options.backend not in PAIRED or context:
         if config.getoption("longctx_blame"):
             why = ("this run makes the baseline: there is nothing to compare, so nothing to blame" if options.update_baseline
-                   else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(PAIR_BACKENDS)}), "
-                        f"not --longctx-backend {options.backend}" if options.backend not in PAIR_BACKENDS
+                   else f"it blames transformers checkpoints and GGUF files (--longctx-backend {' or '.join(PAIRED)}), "
+                        f"not --longctx-backend {options.backend}" if options.backend not in PAIRED
                    else f"it blames the parts of a model's weights, and {context} changes its KV cache, not its weights")
             raise LongctxError(f"--longctx-blame: {why}; leave it out")
         return None

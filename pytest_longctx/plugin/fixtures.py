@@ -75,7 +75,7 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
 @pytest.fixture(scope="session")
 def longctx_baseline(longctx_run: GateSession) -> Any:
     """The baseline scores file (``None`` while updating it, and for the compressor gate)."""
-    return getattr(longctx_run, "baseline", None)
+    return longctx_run.baseline
 
 
 @pytest.fixture(scope="session")

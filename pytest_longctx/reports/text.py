@@ -2,13 +2,13 @@
 summary (its headline table and failing cells)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_longctx.gate.damage import NONE
 from pytest_longctx.gate.evaluation import DRIFT_LABEL
 from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.gate.specs import KL
-from pytest_longctx.gate.verdict import FAIL
+from pytest_longctx.gate.verdict import FAIL, Verdict
 from pytest_longctx.numbers import NA, delta, number
 from pytest_longctx.reports.format import table, visible
 from pytest_longctx.scoring.identity import header, made_by
@@ -23,15 +23,22 @@ GATE_HEADERS = ["row", "baseline", "model", "delta", "threshold", "verdict"]
 TERMINAL_HEADERS = GATE_HEADERS[:5] + ["interval", "McNemar"] + GATE_HEADERS[5:]
 
 
-def interval_text(verdict: Any) -> str:
+class HasInterval(Protocol):
+    """A figure with its paired bootstrap interval: a check's ``Verdict``, a row's far drift excess (``gate.damage.Drift``)."""
+
+    @property
+    def interval(self) -> tuple[float, float] | None: ...
+
+
+def interval_text(found: HasInterval) -> str:
     """``[-0.19, -0.04]``: the 95 % interval of model - baseline; empty without one."""
-    interval = getattr(verdict, "interval", None)
+    interval = found.interval
     return "" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
-def mcnemar_text(verdict: Any) -> str:
+def mcnemar_text(verdict: Verdict) -> str:
     """``-5 +1 p=0.22``: targets lost and gained against the baseline and the exact p (hit rows)."""
-    if getattr(verdict, "p", None) is None:
+    if verdict.p is None:
         return ""
     return f"-{verdict.lost} +{verdict.gained} p={verdict.p:.2g}"
 

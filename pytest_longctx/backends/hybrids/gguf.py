@@ -1,5 +1,5 @@
 """Hybrids of two GGUF files of one model, for ``longctx blame --backend llama.cpp``: the parts of
-a GGUF file, named as ``parts.part_name`` names them, and a
+a GGUF file, named as ``pair.part_name`` names them, and a
 ``Pair`` whose hybrids are GGUF files written with the ``gguf`` package and read by llama.cpp.
 
 A hybrid holds every metadata key and every tensor of its base file, except the tensors of
@@ -22,12 +22,12 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pytest_longctx.backends import backend_options
 from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.hybrids.pair import (
     CANDIDATE,
     ORIGINAL,
     Cost,
+    PairRequest,
     Part,
     as_reference,
     check_granularity,
@@ -41,6 +41,7 @@ from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend, checked_f
 from pytest_longctx.backends.llama_cpp.recipe import FULL_PRECISION, quantize_arguments
 from pytest_longctx.backends.llama_cpp.settings import Settings, parse_settings
 from pytest_longctx.errors import LongctxError
+from pytest_longctx.options.backend_keys import backend_options
 from pytest_longctx.paths import temporary_folder
 
 KV_CACHE = "kv_cache"  # the part that stands for the KV cache's types
@@ -258,18 +259,17 @@ class GGUFPair:
                 if kept and len({theirs.type_of(n) for n in names}) > 1 and any(n not in kept for n in names)}
 
 
-def load_pair(reference: str, model: str, options: Sequence[str] = (), reference_options: Sequence[str] = (),
-              work_dir: str | None = None) -> GGUFPair:
+def load_pair(request: PairRequest) -> GGUFPair:
     """The pair ``--reference`` and ``--model`` name (files or aliases): the candidate run with
-    ``options`` (``--backend-option``), the original with the same but for its KV cache types,
-    which are part of the compression (llama.cpp's own f16 unless ``reference_options`` say
-    otherwise), and with ``reference_options`` (``--reference-option``) over them; hybrids
-    written in ``work_dir`` (``--work-dir``)."""
-    mine = {k: v for k, v in backend_options(options).items() if k not in CACHE_OPTIONS}
+    ``request.options`` (``--backend-option``), the original with the same but for its KV cache types,
+    which are part of the compression (llama.cpp's own f16 unless ``request.reference_options`` say
+    otherwise), and with ``request.reference_options`` (``--reference-option``) over them; hybrids
+    written in ``request.work_dir`` (``--work-dir``)."""
+    mine = {k: v for k, v in backend_options(request.options).items() if k not in CACHE_OPTIONS}
     try:
-        theirs = backend_options(reference_options)
+        theirs = backend_options(request.reference_options)
     except LongctxError as exc:
         raise LongctxError(str(exc).replace("--backend-option", "--reference-option")) from None
-    return GGUFPair(resolve_model(reference), resolve_model(model),
-                    (parse_settings({**mine, **theirs}), parse_settings(backend_options(options))), names=(reference, model),
-                    work_dir=work_dir)
+    return GGUFPair(resolve_model(request.reference), resolve_model(request.model),
+                    (parse_settings({**mine, **theirs}), parse_settings(backend_options(request.options))),
+                    names=(request.reference, request.model), work_dir=request.work_dir)

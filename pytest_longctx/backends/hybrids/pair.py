@@ -14,15 +14,18 @@ name parts so (``part_name``), whatever their tensors are called, so their repor
 same.
 
 ``Pair`` is what blame asks of a backend: the parts, their cost, a backend reading a hybrid, and
-the fix set as the compression tool's recipe. transformers.py makes hybrids of two transformers
-checkpoints in place, gguf.py writes GGUF files for llama.cpp; pairs.py loads either.
+the fix set as the compression tool's recipe; a pair that can also start hybrids from a side's
+recorded residual stream ``RecordsBoundaries``, one that can estimate each part's restore
+``EstimatesRestores``. transformers.py makes hybrids of two transformers checkpoints in place,
+gguf.py writes GGUF files for llama.cpp; each backend that makes hybrids loads its pair from a
+``PairRequest`` (the package's ``load_models``).
 """
 from __future__ import annotations
 
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, TypeGuard, runtime_checkable
 
 from pytest_longctx.backends.base import Backend
 from pytest_longctx.errors import LongctxError
@@ -91,6 +94,40 @@ class Pair(Protocol):
     def recipe(self, kept: Sequence[Part]) -> list[str]:
         """How to make the candidate with ``kept`` as the hybrids measured hold them (``Cost.precision``),
         in the tools' own terms (none where there is no such tool)."""
+
+
+@runtime_checkable
+class RecordsBoundaries(Protocol):
+    """A pair whose hybrids can start from a side's residual stream recorded at its layer boundaries,
+    instead of from the token ids (``Pair.hybrid``'s ``reuse``)."""
+
+    def can_reuse(self) -> bool:
+        """Both models' layers can be recorded and started from (backends/hybrids/boundaries.py)."""
+
+    def recording(self, base: str, every: int = 1) -> ContextManager[None]:
+        """Keep ``base``'s residual stream at every ``every``-th layer boundary while it scores."""
+
+    def reuse_figures(self) -> dict[str, int]:
+        """What the recorded boundaries saved: ``scoring``, the token-layers a whole scoring of the items
+        runs; ``skipped``, those the hybrids that started from a boundary did not run; ``bytes``, what the
+        boundaries hold."""
+
+
+def can_record(pair: Pair) -> TypeGuard[RecordsBoundaries]:
+    """Whether ``pair``'s hybrids can start from its sides' recorded layer boundaries (``RecordsBoundaries``)."""
+    return isinstance(pair, RecordsBoundaries) and pair.can_reuse()
+
+
+@dataclass(frozen=True)
+class PairRequest:
+    """What blame asks a backend for: the original and the candidate as named, with the run's settings."""
+
+    reference: str  # the original (--reference)
+    model: str  # the candidate (--model)
+    options: Sequence[str]  # --backend-option
+    reference_options: Sequence[str]  # --reference-option: the original's where it differs (llama.cpp)
+    work_dir: str | None  # where hybrids written to disk go (--work-dir; None: a temporary folder)
+    load: Callable[[str], Backend]  # one model loaded as --backend loads it, with --backend-option, --dtype, --device
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Hybrids of two transformers checkpoints of one architecture (``StateDictPair``, a ``parts.Pair``):
+"""Hybrids of two transformers checkpoints of one architecture (``StateDictPair``, a ``pair.Pair``):
 a hybrid is made in place, the parameters of its parts pointed at the other model's tensors (no
 copy; both models stay loaded, and nothing more), and put back afterwards.
 
@@ -11,6 +11,8 @@ computes. A hybrid whose first k layers (and embeddings) all hold the other side
 equal on both sides, computes them as the other side does: it starts from the other side's boundary
 at or below k where that is higher (restoring layers 0..k-1 of the candidate starts at the original's
 boundary k). That holds where both sides compute in one dtype and no layer is swapped whole.
+
+``load_pair`` loads the two checkpoints as ``--backend hf`` loads a model.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import re
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
-from pytest_longctx.backends.base import Backend
+from pytest_longctx.backends.base import Backend, context_compression
 from pytest_longctx.backends.hf.backend import TransformersBackend
 from pytest_longctx.backends.hf.fingerprint import weights_fingerprint
 from pytest_longctx.backends.hf.kv_caches import checkpoint_scales
@@ -32,8 +34,10 @@ from pytest_longctx.backends.hybrids.pair import (
     ORIGINAL,
     Cost,
     Estimates,
+    PairRequest,
     Part,
     SequenceReads,
+    as_reference,
     check_granularity,
     check_tensors,
     grouped,
@@ -415,3 +419,19 @@ class StateDictPair:
             comments = next(i for i, line in enumerate(lines) if not line.startswith("#"))
             lines.insert(comments, f"# not kept by it: {', '.join(outside)}, which the candidate changed outside its linear layers")
         return lines
+
+
+def load_pair(request: PairRequest) -> StateDictPair:
+    """The original and the candidate, two transformers checkpoints each loaded as ``request.load`` loads a
+    model (an alias resolves as for --model), as a ``StateDictPair``."""
+    with as_reference():
+        original = request.load(request.reference)
+    candidate = request.load(request.model)
+    assert isinstance(original, TransformersBackend) and isinstance(candidate, TransformersBackend), "--backend hf loads these"
+    compression = context_compression(candidate)
+    if compression:
+        raise LongctxError(f"--backend-option kv-cache: blame compares the parts of two models' weights, and "
+                           f"{compression} changes how a model keeps its context, not its weights; leave it out")
+    return StateDictPair(original.model, candidate.model, candidate.tokenizer or original.tokenizer, (request.reference, request.model),
+                         (original.weights_fingerprint(), candidate.weights_fingerprint()),
+                         (original.tokenizer, candidate.tokenizer))

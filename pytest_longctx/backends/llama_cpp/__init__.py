@@ -13,7 +13,7 @@ copies the sequence's state there and restores it.
 Text mode tokenizes with the GGUF's own tokenizer, as llama.cpp does (``GGUFTokenizer``).
 
 Its parts: ``settings`` (the ``--backend-option`` values), ``library`` (llama-cpp-python, its
-log and versions), ``context`` (a llama.cpp context and its cache cuts), ``session`` (the
+log and versions), ``context`` (a llama.cpp context and its cache cuts), ``read_session`` (the
 ``ReadSession``), ``tokenizer`` (the GGUF's tokenizer), ``backend`` (``LlamaCppBackend``);
 here, the ``factory`` that ``--backend llama.cpp`` names.
 """
@@ -22,15 +22,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.llama_cpp.backend import LlamaCppBackend
 from pytest_longctx.backends.llama_cpp.settings import parse_settings
 from pytest_longctx.errors import LongctxError
 
 
-def factory(model: str, dtype: str = "auto", device: str = "auto", options: Mapping[str, str] | None = None) -> LlamaCppBackend:
-    """The backend ``llama.cpp`` names (``--longctx-backend llama.cpp``): ``model`` is a .gguf
-    file or an alias of one; ``options``: the ``--backend-option`` settings."""
+def factory(model: str, dtype: str = "auto", device: str = "auto", options: Mapping[str, str] | None = None,
+            name: str = "") -> LlamaCppBackend:
+    """The backend ``llama.cpp`` names (``--longctx-backend llama.cpp``): ``model`` is a .gguf file
+    (``load_backend`` resolves an alias first), ``name`` what reports call it (default: ``model``);
+    ``options``: the ``--backend-option`` settings."""
     if dtype != "auto":
         raise LongctxError(f"--dtype {dtype}: the llama.cpp backend computes in the .gguf file's own types; leave --dtype auto "
                            "(the KV cache's types: --backend-option cache-type-k=… cache-type-v=…)")
@@ -42,4 +43,4 @@ def factory(model: str, dtype: str = "auto", device: str = "auto", options: Mapp
         settings = replace(settings, gpu_layers=1 << 20)  # every layer
     if device == "cpu" and settings.gpu_layers:
         raise LongctxError(f"--device cpu with --backend-option gpu-layers={settings.gpu_layers}: choose one")
-    return LlamaCppBackend.load(resolve_model(model), settings, name=model)
+    return LlamaCppBackend.load(model, settings, name=name or model)

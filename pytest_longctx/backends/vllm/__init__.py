@@ -5,7 +5,7 @@ each is installed, the CPU build included.
 
 Both read through one request builder (``queries``: a read is a one-token greedy generation
 whose prompt ends at the read, so that vLLM's prefix cache serves what was computed before)
-and one session (``session``) that sends the engine's prefix tree in order; in process, a
+and one session (``read_session``) that sends the engine's prefix tree in order; in process, a
 piece's reads are first one request for its prompt log-probabilities. ``options``
 parses the ``--backend-option`` values, ``traffic`` counts requests and cached tokens,
 ``in_process`` holds ``VllmBackend`` and ``server`` ``VllmServerBackend``; here, the two
@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-from pytest_longctx.backends.aliases import resolve_model
 from pytest_longctx.backends.vllm.in_process import VllmBackend
 from pytest_longctx.backends.vllm.options import engine_options, server_options
 from pytest_longctx.backends.vllm.server import VllmServerBackend, check_server_url
@@ -24,8 +23,9 @@ from pytest_longctx.errors import LongctxError, without_credentials
 
 
 def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False,
-            options: Mapping[str, str] | None = None) -> VllmBackend:
-    """``--backend vllm``: ``model`` is a hub id, folder or alias as vLLM loads it; ``options``:
+            options: Mapping[str, str] | None = None, name: str = "") -> VllmBackend:
+    """``--backend vllm``: ``model`` is a hub id or folder as vLLM loads it (``load_backend`` resolves an
+    alias first), ``name`` what reports call it (default: ``model``); ``options``:
     vLLM's engine arguments (``tensor-parallel-size=2``, ``kv-cache-dtype=fp8`` …)."""
     try:
         import vllm  # noqa: F401
@@ -35,7 +35,7 @@ def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_
     if device not in ("auto", "cuda", "cpu"):
         raise LongctxError(f"--device {device}: vLLM places the model itself; leave --device auto "
                            "(more devices: --backend-option tensor-parallel-size=N)")
-    return VllmBackend.load(resolve_model(model), engine_options(options or {}, dtype), name=model,
+    return VllmBackend.load(model, engine_options(options or {}, dtype), name=name or model,
                             trust_remote_code=trust_remote_code)
 
 

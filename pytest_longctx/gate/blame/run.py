@@ -9,7 +9,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from pytest_longctx.backends.base import describe
-from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair, Part, select_parts
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair, Part, RecordsBoundaries, can_record, select_parts
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame.checks import (
@@ -95,7 +95,7 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     changed = [entry for entry in report.parts if not entry.unchanged]
     report.exhaustive = 2 * len(changed)
     report.search = "groups" if search == "groups" and len(changed) >= GROUPS_FROM else "exhaustive"
-    records = (len(changed) >= REUSE_FROM if reuse is None else reuse) and _can_record(pair)
+    records = (len(changed) >= REUSE_FROM if reuse is None else reuse) and can_record(pair)
     report.expected = scorer.pace.expected = expected_models(len(changed), len(changed) < len(report.parts), report.search, records)
     if progress:
         print(_cost_line(report, changed, candidate_seconds * len(list(items.items())) / max(1, len(list(dataset.items())))),
@@ -132,8 +132,8 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     finally:
         report.hybrids = scorer.runs
         report.seconds_per_model = scorer.pace.per_model
-        if scorer.reuse:
-            figures = pair.reuse_figures()  # type: ignore[attr-defined]
+        if scorer.reuse and isinstance(pair, RecordsBoundaries):  # it recorded the sides' boundaries
+            figures = pair.reuse_figures()
             report.reuse = {**figures, "every": reuse_every, "items": scorer.runs * figures["scoring"]}
         hand_on()
     return report
@@ -178,11 +178,6 @@ def _baseline(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, reading
                    needed_fingerprints(dataset), what="--baseline")
         check_made_by(baseline, describe(backend), names[0])
     return baseline, f"baseline {baseline.path}"
-
-
-def _can_record(pair: Pair) -> bool:
-    able = getattr(pair, "can_reuse", None)
-    return bool(able and able())
 
 
 def _cost_line(report: BlameReport, changed: Sequence[PartBlame], seconds: float) -> str:

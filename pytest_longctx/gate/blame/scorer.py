@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from pytest_longctx.backends.base import Backend
-from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair, Part
+from pytest_longctx.backends.hybrids.pair import CANDIDATE, ORIGINAL, Pair, Part, can_record
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.gate.blame.records import RowState, row_states
 from pytest_longctx.gate.evaluation import Evaluation, evaluate
@@ -110,16 +110,16 @@ class Scorer:
 
     def record(self, every: int = 1) -> dict[str, RowState] | None:
         """Score each side on the blamed items while the pair records its residual stream at layer boundaries,
-        so that later hybrids start from them (transformers only: ``StateDictPair.recording``); the
-        original's rows, or None where the pair cannot."""
-        recording, able = getattr(self.pair, "recording", None), getattr(self.pair, "can_reuse", lambda: False)
-        if recording is None or not able():
+        so that later hybrids start from them (a pair that ``RecordsBoundaries``); the original's rows, or
+        None where the pair cannot."""
+        pair = self.pair
+        if not can_record(pair):
             return None
         found, reading = {}, self.reading
         self.reading = replace(reading, cache_dir="off")  # the score cache would answer without a forward pass to record
         try:
             for side in (CANDIDATE, ORIGINAL):
-                with recording(side, every):
+                with pair.recording(side, every):
                     found[side] = self(side, [], f"the {side}, its layer boundaries kept")
         finally:
             self.reading = reading

@@ -1,6 +1,7 @@
-"""docs/options.md's option tables, made from the declared options: each table stands between
-``<!-- options: NAME -->`` and ``<!-- /options -->`` and is written anew by
-``python -m pytest_longctx.options.docs docs/options.md`` (``--check``: exit 1 when the file is
+"""docs/options.md's option tables, made from the declared options (options/) and the keys of each
+built-in backend (backends/builtin.py), which is why they are made up here, above both: each table
+stands between ``<!-- options: NAME -->`` and ``<!-- /options -->`` and is written anew by
+``python -m pytest_longctx.cli.options_docs docs/options.md`` (``--check``: exit 1 when the file is
 not what the declarations make; the tests run it)."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_longctx.options.backend_keys import BUILTIN
+from pytest_longctx.backends.builtin import BUILTIN
 from pytest_longctx.options.keys import KeyTable
 from pytest_longctx.options.table import COMMANDS, PYTEST, Option, taken_by
 
@@ -61,8 +62,8 @@ def tables() -> dict[str, Callable[[], str]]:
         made.setdefault(f"plugin:{option.section}", lambda s=option.section: plugin_table(s))
     for command in COMMANDS:
         made[f"command:{command}"] = lambda c=command: command_table(c)
-    for backend, table in BUILTIN.items():
-        made[f"keys:{backend}"] = lambda t=table: keys_table(t)
+    for backend in BUILTIN:
+        made[f"keys:{backend.name}"] = lambda t=backend.keys: keys_table(t)
     return made
 
 
@@ -93,7 +94,7 @@ def main(argv: Sequence[str]) -> int:
         lacking = missing(text)
         if made != text or lacking:
             print(f"{path}: not what the declared options make" + (f" (no block for {', '.join(lacking)})" if lacking else "")
-                  + f"; run python -m pytest_longctx.options.docs {path}", file=sys.stderr)
+                  + f"; run python -m pytest_longctx.cli.options_docs {path}", file=sys.stderr)
             return 1
         return 0
     path.write_text(made)
