@@ -16,17 +16,20 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit.items import write_split
+from kit.runs import run_pytest
 
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.metrics.drift import Block, block
 from pytest_longctx.options.table import Sequential
+from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.pipeline import Scored
 from pytest_longctx.scoring.scores_file import ItemScores, ScoresFile, load_scores
 
 OVERRIDES = ["", "facts-2k-*:item_drop=0.05", "tool_calls-2k:kl=0.3", "rules_*-2k-*:retained=0.2", "rules_en-follow-*:follow=0.3",
-             "*:kl=0.01", "faithfulness-*:drop=0.5"]
+             "*:kl=0.01", "faithfulness-train:drop=0.5"]
 
 
 def drawn(baseline: ScoresFile, seed: int, damage: float, nan: float) -> ScoresFile:
@@ -62,44 +65,80 @@ def _moved(record: dict, rng: random.Random, damage: float, nan: float) -> dict:
 
 
 class Drawn:
-    """The gate's reader's source in place of the engine: the drawn scores of the items planned."""
+    """The gate's reader's source in place of the engine: the drawn scores of the items planned, and the tokens the
+    engine forwards for them (their distinct prefix tokens, a prefix kept from an earlier run of the unit not again)."""
 
     def __init__(self, scores: ScoresFile):
         self.scores = scores
+        self.kept: set[int] = set()
 
-    def __call__(self, backend, tokenizer, dataset, mode, plans, *args, **kwargs) -> Scored:
+    def __call__(self, backend, tokenizer, dataset, mode, plans, *args, shared=None, **kwargs) -> Scored:
         part = ScoresFile(mode=mode, meta=copy.deepcopy(self.scores.meta))
         for plan in plans:
             found = self.scores.scores[plan.config][plan.length][plan.item.id]
             part.scores.setdefault(plan.config, {}).setdefault(plan.length, {})[plan.item.id] = found
-        return Scored(part, sum(p.tokens_forwarded for p in plans))
+        forwarded = engine.forwarded_tokens(plans)
+        if shared is not None and plans:
+            forwarded -= len(shared.ids) if id(shared) in self.kept else 0
+            self.kept.add(id(shared))
+        return Scored(part, forwarded)
 
 
 class NoModel:
-    """A backend the drawn scores stand in for: nothing is read through it."""
+    """A backend the drawn scores stand in for, with sessions (the engine reads it as a prefix tree, as the drawn
+    tokens are counted) and the baseline's tokenizer (the agent sessions are read in text mode): nothing is read
+    through it."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
 
     def read(self, ids, positions, tokens, top_k=0):
         raise AssertionError("the drawn scores answer every read")
 
+    def session(self):
+        raise AssertionError("the drawn scores answer every read")
 
-def gate(mode: Sequential, data_dir: Path, baseline: Path, thresholds: Thresholds, scores: ScoresFile, rows_only: bool,
+
+def gate(mode: Sequential, data: Path, baseline: Path, tokenizer, thresholds: Thresholds, scores: ScoresFile, rows_only: bool,
          units: list[str] | None = None) -> tuple[GateRun, dict[str, str]]:
     """The gate over the test data at 2k against ``baseline``, the drawn ``scores`` read: (the run, each selected test's
     outcome; ``units``: read only these, as one xdist worker does, and judge nothing)."""
-    options = GateOptions(model="drawn", data=str(data_dir), sets=None, lengths=["2k"], limit=None, mode="auto",
+    options = GateOptions(model="drawn", data=str(data), sets=None, lengths=["2k"], limit=None, mode="auto",
                           baseline=str(baseline), update_baseline=False, out=None, only=True, dtype="float32", device="cpu",
                           backend="hf", cache_dir="off", thresholds=thresholds, sequential=mode)
     run = GateRun(options, Path.cwd())
     cases = [c for c in run.cases() if not (rows_only and c.kind == "item")]
     run.select(cases)
     run.reader.source = Drawn(scores)
-    run.ensure(units if units is not None else sorted({c.unit for c in cases}), NoModel(), progress=False)
+    run.ensure(units if units is not None else sorted({c.unit for c in cases}), NoModel(tokenizer), progress=False)
     return run, ({} if units is not None else {case.key: run.judge(case).word for case in cases})
 
 
 @pytest.fixture(scope="module")
-def baseline_scores(gate_baseline) -> ScoresFile:
-    return load_scores(gate_baseline)
+def every_kind(rows, gate_models, tmp_path_factory) -> tuple[Path, Path]:
+    """(the test data with agent sessions beside it, every set kind at 2k; the reference model's baseline of it)."""
+    folder = tmp_path_factory.mktemp("every-kind")
+    for (config, split), split_rows in rows.items():
+        write_split(folder, config, split, split_rows)
+    write_split(folder, "faithfulness", "train", [session(n) for n in range(3)], fmt="jsonl")
+    baseline = folder / "reference.json.gz"
+    result = run_pytest(tmp_path_factory.mktemp("update"), "--longctx-model", gate_models["reference"], "--longctx-data",
+                        str(folder), "--longctx-lengths", "2k", "--longctx-baseline", str(baseline), "--longctx-update-baseline")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, baseline
+
+
+def session(n: int) -> dict:
+    """An agent session with one planted fact and a probe that needs it (the faithfulness card's fields)."""
+    fact = f"The nightly build runs on runner {4000 + 17 * n}."
+    turns = [{"role": "system", "content": "You are a terse engineering assistant.", "name": None},
+             {"role": "user", "content": f"Set up the build for the service number {n}.", "name": None},
+             {"role": "assistant", "content": fact, "name": None}]
+    turns += [{"role": "user" if k % 2 else "assistant", "content": f"Step {k}: tidy the module and its tests.", "name": None}
+              for k in range(6)]
+    return {"id": f"s{n:04d}", "messages": turns, "probe": "Which runner does the nightly build run on?",
+            "required_facts": [rf"runner {4000 + 17 * n}"], "probe_type": "verbatim", "depth": ("early", "mid", "recent")[n],
+            "concept": "build", "placement": "statement", "suite": ("standard", "low_surprisal", "standard")[n]}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -107,19 +146,21 @@ def baseline_scores(gate_baseline) -> ScoresFile:
        drop=st.sampled_from([0.0, 0.05, 0.3]), follow=st.sampled_from([0.5, 0.9]), retained=st.sampled_from([0.5, 0.9]),
        kl=st.sampled_from([0.0, 0.05, 1.0]), item_drop=st.sampled_from([0.05, 1.0]), min_effect=st.sampled_from([0.001, 0.05, 1.0]),
        override=st.sampled_from(OVERRIDES), rows_only=st.booleans())
-def test_exact_gives_every_test_offs_outcome(data_dir, gate_baseline, baseline_scores, seed, damage, nan, drop, follow,
-                                             retained, kl, item_drop, min_effect, override, rows_only):
+def test_exact_gives_every_test_offs_outcome(every_kind, qwen_tokenizer, seed, damage, nan, drop, follow, retained, kl,
+                                             item_drop, min_effect, override, rows_only):
+    data, baseline = every_kind
     thresholds = Thresholds(drop=drop, follow=follow, retained=retained, kl=kl, item_drop=item_drop, min_effect=min_effect,
                             overrides=parse_overrides([override] if override else [], "test"))
-    scores = drawn(baseline_scores, seed, damage, nan)
-    off, want = gate(Sequential.OFF, data_dir, gate_baseline, thresholds, scores, rows_only)
-    exact, got = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only)
-    assert got == want
+    scores = drawn(load_scores(baseline), seed, damage, nan)
+    common = (data, baseline, qwen_tokenizer, thresholds, scores, rows_only)
+    off, want = gate(Sequential.OFF, *common)
+    exact, got = gate(Sequential.EXACT, *common)
+    assert got == want and {key.split("-")[0] for key in want} >= {"facts", "tool_calls", "rules_en", "faithfulness"}
     assert exact.reader.forwarded <= off.reader.forwarded == off.reader.whole
     # split over two workers as pytest-xdist splits a run by unit, each exporting what it read to the controller
-    controller, _ = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only, units=[])
+    controller, _ = gate(Sequential.EXACT, *common, units=[])
     for units in (["facts", "rules"], ["tool_calls", "faithfulness"]):
-        worker, _ = gate(Sequential.EXACT, data_dir, gate_baseline, thresholds, scores, rows_only, units=units)
+        worker, _ = gate(Sequential.EXACT, *common, units=units)
         controller.absorb(worker.export())
     cases = [c for c in controller.cases() if not (rows_only and c.kind == "item")]
     assert {case.key: controller.judge(case).word for case in cases} == want
