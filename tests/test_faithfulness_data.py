@@ -113,7 +113,7 @@ def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path
     no_drift = (f"baseline {tmp_path / 'old.json'} keeps no most likely tokens (made before drift rows, or by a backend "
                 "without top_k), so there are no drift rows; recreate it (--longctx-update-baseline) to compare "
                 "distributions at every read")
-    assert list(left_out.dataset.configs) == ["facts"] and {k[0] for k in left_out.fingerprints} == {"facts"}
+    assert list(left_out.dataset.configs) == ["facts"] and {k[0] for k in left_out.inputs.fingerprints} == {"facts"}
     assert left_out.warnings == ["config faithfulness: it has none of its scores, so faithfulness is not gated; "
                                  "recreate the baseline (--longctx-update-baseline) to gate it", no_drift]
     with pytest.raises(LongctxError, match=r"has no scores for faithfulness/train/s0000 \(faithfulness train: 1 of the 1 "

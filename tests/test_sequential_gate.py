@@ -104,7 +104,7 @@ def test_longctx_score_reads_sequentially_against_a_reference(gate_models, data_
     from pytest_longctx.cli import main
 
     common = ["score", "--model", gate_models["degraded"], "--data", str(data_dir), "--lengths", "2k", "--sets",
-              "facts,tool_calls", "--quiet"]
+              "facts,tool_calls", "--quiet", "--cache-dir", "off"]
     assert main([*common, "--sequential", "exact"]) == 2
     assert "--sequential exact: it stops once the checks against a reference are settled" in capsys.readouterr().err
     assert main([*common, "--sequential", "confident", "--reference_scores", str(gate_baseline), "--save_scores",

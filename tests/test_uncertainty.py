@@ -239,12 +239,12 @@ def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester
 
 def test_the_agent_session_rows_sample_their_own_sessions():
     def sessions(hits: dict[str, bool]) -> dict:
-        per_item = {i: {"scored": 1, "recalled": int(h), "query_accuracy": float(h), "mean_logprob": None,
-                        "target_hits": [h], "suite": "low_surprisal" if i.startswith("l") else "standard"}
+        per_item = {i: ItemFigures(Kind.FAITHFULNESS, recall=Recall(1, int(h), None, (h,)),
+                                   suite="low_surprisal" if i.startswith("l") else "standard")
                     for i, h in hits.items()}
-        low = [e for e in per_item.values() if e["suite"] == "low_surprisal"]
-        return {"faithfulness": {"train": {"recall": sum(e["recalled"] for e in per_item.values()) / len(per_item),
-                                           "by_suite": {"low_surprisal": {"recall": sum(e["recalled"] for e in low) / len(low)}},
+        low = [f for f in per_item.values() if f.suite == "low_surprisal"]
+        return {"faithfulness": {"train": {"recall": sum(f.recall.recalled for f in per_item.values()) / len(per_item),
+                                           "by_suite": {"low_surprisal": {"recall": sum(f.recall.recalled for f in low) / len(low)}},
                                            "per_item": per_item}}}
 
     base = {"s0": True, "s1": True, "s2": True, "l0": True, "l1": True}

@@ -16,7 +16,7 @@ from pytest_longctx.compress.structure import structural_changes
 from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, Message, session_text
 from pytest_longctx.errors import LongctxError, without_credentials
-from pytest_longctx.metrics.faithfulness import Outcome
+from pytest_longctx.metrics.faithfulness import RETAINED_FACTS, Outcome
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import count_tokens
 from pytest_longctx.scoring.records import item_records
@@ -119,7 +119,7 @@ def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, rea
     that cannot render its output) is the item's error, not the run's. With references
     it can expand, ``retained_expanded`` counts the facts found with every one expanded."""
     services = reader.services(compressor)  # a missing model fails the run, not the item
-    outcome: Outcome = {"facts": len(item.required_facts), "retained": 0, "tokens_full": None,
+    outcome: Outcome = {"facts": len(item.required_facts), RETAINED_FACTS: 0, "tokens_full": None,
                         "tokens_compressed": None, "error": None}
     messages: tuple[Message, ...] | None = None
     try:
@@ -128,7 +128,7 @@ def compress_one(compressor: Compressor, split: str, item: FaithfulnessItem, rea
         outcome["tokens_full"], outcome["content_full"] = reader.full_tokens(split, item)
         outcome["tokens_compressed"] = count_tokens(reader.tokenizer, messages, item.id)
         outcome["content_compressed"] = reader.content_tokens(messages)
-        outcome["retained"] = retained_facts(item, messages)
+        outcome[RETAINED_FACTS] = retained_facts(item, messages)
         if compression.expansions is not None:
             expanded = [session_text(messages), *(text for text in compression.expansions.values() if text)]
             outcome["retained_expanded"] = facts_found(item, "\n".join(expanded))

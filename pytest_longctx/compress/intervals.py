@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from pytest_longctx.gate.uncertainty import Sample, difference
-from pytest_longctx.metrics.faithfulness import Outcome
+from pytest_longctx.metrics.faithfulness import RETAINED_FACTS, Outcome
 
 Interval = tuple[float, float]
 
@@ -21,7 +21,7 @@ def _interval(pairs: list[tuple[float, float]]) -> Interval | None:
 
 def retention_interval(outcomes: Sequence[Outcome]) -> Interval | None:
     """Of retained facts / facts; a failed session keeps none of its facts."""
-    return _interval([(o["retained"] if o["error"] is None else 0, o["facts"]) for o in outcomes])
+    return _interval([(o[RETAINED_FACTS] if o["error"] is None else 0, o["facts"]) for o in outcomes])
 
 
 def savings_interval(outcomes: Sequence[Outcome]) -> Interval | None:

@@ -35,7 +35,7 @@ from pytest_longctx.gate.gate_session import Case, Progress
 from pytest_longctx.gate.keys import item_key
 from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.verdict import Verdict
-from pytest_longctx.metrics.faithfulness import Outcome, compression_metrics, labels
+from pytest_longctx.metrics.faithfulness import RETAINED_FACTS, Outcome, compression_metrics, labels
 from pytest_longctx.numbers import meets
 from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
@@ -201,7 +201,7 @@ class CompressorRun:
             outcome, item = self.outcomes[key], self.items[key]
             if outcome["error"] is not None:
                 lost.append((0, key, f"{item.id} failed"))
-            elif spec.value == "retention" and outcome["retained"] < outcome["facts"]:
+            elif spec.value == "retention" and outcome[RETAINED_FACTS] < outcome["facts"]:
                 lost.append((1, key, f"{item.id} ({item.depth}, {item.placement}, {item.probe_type})"))
             elif spec.value in ("recall", "logprob") and _answer_lost(outcome):
                 lost.append((1, key, f"{item.id} answer no longer recalled"))
@@ -218,7 +218,7 @@ class CompressorRun:
                 properties[f"recalled_{context}"] = all(record["hits"])
         problems = [outcome["error"]] if outcome["error"] else []
         threshold = self.item_threshold(key)
-        retention = outcome["retained"] / outcome["facts"]
+        retention = outcome[RETAINED_FACTS] / outcome["facts"]
         if not problems and threshold is not None and not meets(retention, threshold):
             problems.append(f"the compressed context lost the fact {item.required_facts[0]!r} "
                             f"({item.depth}, {item.placement}, {item.probe_type} probe {item.probe!r})")

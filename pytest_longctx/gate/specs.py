@@ -57,13 +57,13 @@ class CheckSpec:
 ACCURACY = CheckSpec("accuracy", Metric.DROP, Shape.SHARE, at_most=False, relative=True, floor=0.0,
                      words="accuracy (facts recalled, far tool calls right, agent-session facts recalled)",
                      figure=lambda f: f.accuracy, hits=lambda f: f.target_hits)
-FOLLOW = CheckSpec("follow", Metric.FOLLOW, Shape.SHARE, at_most=False, relative=False, floor=0.0,
+FOLLOW = CheckSpec(Metric.FOLLOW.value, Metric.FOLLOW, Shape.SHARE, at_most=False, relative=False, floor=0.0,
                    words="share of counted rule targets followed", figure=lambda f: f.follow)
-RETAINED = CheckSpec("retained", Metric.RETAINED, Shape.RATIO, at_most=False, relative=False, floor=None,
+RETAINED = CheckSpec(Metric.RETAINED.value, Metric.RETAINED, Shape.RATIO, at_most=False, relative=False, floor=None,
                      words="rule effect retained (1.00 = as the baseline)", figure=lambda f: f.retained)
-KL = CheckSpec("kl", Metric.KL, Shape.MEAN, at_most=True, relative=False, floor=None,
+KL = CheckSpec(Metric.KL.value, Metric.KL, Shape.MEAN, at_most=True, relative=False, floor=None,
                words="drift: mean KL_K at far reads, nats", figure=lambda f: f.far_kl, against_itself=True)
-ITEM = CheckSpec("item_drop", Metric.ITEM_DROP, Shape.ITEM, at_most=True, relative=False, floor=None,
+ITEM = CheckSpec(Metric.ITEM_DROP.value, Metric.ITEM_DROP, Shape.ITEM, at_most=True, relative=False, floor=None,
                  words="one item's mean loss against the baseline, nats",
                  figure=lambda f: Share(f.loss, 1.0) if f.loss is not None else None)
 

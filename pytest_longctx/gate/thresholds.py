@@ -52,11 +52,11 @@ class Thresholds:
     key."""
 
     # each default is its option's (options/table.py)
-    drop: float = THRESHOLD_FIELDS["drop"].default
-    retained: float = THRESHOLD_FIELDS["retained"].default
-    follow: float = THRESHOLD_FIELDS["follow"].default
-    item_drop: float = THRESHOLD_FIELDS["item_drop"].default
-    kl: float = THRESHOLD_FIELDS["kl"].default
+    drop: float = THRESHOLD_FIELDS[Metric.DROP.value].default
+    retained: float = THRESHOLD_FIELDS[Metric.RETAINED.value].default
+    follow: float = THRESHOLD_FIELDS[Metric.FOLLOW.value].default
+    item_drop: float = THRESHOLD_FIELDS[Metric.ITEM_DROP.value].default
+    kl: float = THRESHOLD_FIELDS[Metric.KL.value].default
     overrides: tuple[Override, ...] = ()
     # the verdict rule: None, the point estimate against the threshold; A, a row or cell fails only when its
     # shortfall beyond the threshold is significant at level A (--longctx-alpha, docs/metrics.md#uncertainty)

@@ -23,6 +23,7 @@ from pytest_longctx.metrics.raw import Record, is_scored, mean, ratio, recall_co
 GROUPS: dict[str, tuple[str, ...]] = {"probe_type": PROBE_TYPES, "depth": DEPTHS, "placement": FACT_PLACEMENTS,
                                       "suite": SUITES}
 Outcome = dict[str, Any]
+RETAINED_FACTS = "retained"  # an outcome's facts its compressed context still holds
 STRUCTURE = ("merged", "roles_changed", "system_inserted")  # what compress/structure.py counts per item
 
 
@@ -93,8 +94,8 @@ def compression_summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         "items": len(outcomes),
         "errors": len(outcomes) - len(done),
         "facts": facts,
-        "retained": sum(o["retained"] for o in done),
-        "retention": ratio(sum(o["retained"] for o in done), facts),
+        RETAINED_FACTS: sum(o[RETAINED_FACTS] for o in done),
+        "retention": ratio(sum(o[RETAINED_FACTS] for o in done), facts),
         "tokens_full": tokens_full,
         "tokens_compressed": tokens_compressed,
         "savings": _savings(done, "tokens_full", "tokens_compressed"),

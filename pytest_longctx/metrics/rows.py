@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from pytest_longctx.data.lengths import length_tokens, sorted_lengths
 from pytest_longctx.data.records import FAITHFULNESS, FAMILIES, PLACEMENTS, FaithfulnessItem, Item, Kind, RuleItem, config_kind
 from pytest_longctx.metrics.item_figures import ItemFigures
+from pytest_longctx.options.table import Metric
 
 KEPT = {
     "rules_en": "Rules kept far back, worst case (1.00 = as the original)",
@@ -95,14 +96,14 @@ def row_specs(selection: Mapping[str, Sequence[str]]) -> list[tuple[str, RowSour
         for length in sorted_lengths(list(selection.get(config, ()))):
             specs.append((f"{label} {_at(length)}", RowSource(config, metric, length)))
     for length in sorted_lengths(list(selection.get("rules_en", ()))):
-        specs.append((f"Rules followed {_at(length)}", RowSource("rules_en", "follow", length, "system", "all")))
+        specs.append((f"Rules followed {_at(length)}", RowSource("rules_en", Metric.FOLLOW.value, length, "system", "all")))
     for config, name in KEPT.items():
         if selection.get(config):
-            specs.append((name, RowSource(config, "retained", worst_case=True)))
+            specs.append((name, RowSource(config, Metric.RETAINED.value, worst_case=True)))
     for config, language in LANGUAGE.items():
         if selection.get(config):
             longest = max(selection[config], key=length_tokens)
-            specs.append((f"Rules in {language} followed {_at(longest)}", RowSource(config, "follow", longest, "system", "all")))
+            specs.append((f"Rules in {language} followed {_at(longest)}", RowSource(config, Metric.FOLLOW.value, longest, "system", "all")))
     splits = sorted_lengths(list(selection.get(FAITHFULNESS, ())))
     for split in splits:
         named = f" ({split})" if len(splits) > 1 else ""
@@ -120,7 +121,7 @@ def _worst_retained(source: RowSource, by_length: Mapping[str, dict[str, Any]]) 
         cells = by_length[length]["cells"]
         for placement in PLACEMENTS:
             for family in FAMILIES:
-                value = cells[placement][family]["retained"]
+                value = cells[placement][family][Metric.RETAINED.value]
                 if value is not None and (worst[0] is None or value < worst[0]):
                     worst = (value, replace(source, length=length, placement=placement, family=family))
     return worst
