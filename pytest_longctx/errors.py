@@ -13,27 +13,88 @@ class DataError(LongctxError):
     """A dataset file that does not match the schema."""
 
 
-# a URL's user and password, up to the last @ before the path's query or the text's next space: a
-# password with an unescaped / or @ in it is hidden whole, at worst with the host
-_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s?#]*@")
-# a URL's query and fragment: from its first ? or # up to a space or a character no URL holds unescaped
-_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s?#\"<>\\^`{|}]*)([?#][^\s\"<>\\^`{|}]*)")
-# one parameter of a query or fragment: its separator, its name with its =, its value
-_PARAMETER = re.compile(r"([?#&;])([^?#&;=]*=)?([^?#&;]*)")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# a URL in running text: from its scheme to the next space (a quote or a bracket may be part of a secret)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+# a value as given that is a URL although it names no scheme: HOST:PORT…, USER:PASSWORD@HOST…, or a query with a NAME=
+_SCHEMELESS = re.compile(r"(?:[\w.-]+=)?(?:[\w.-]+:\d+(?:[/?#]|$)|[^/\s@=:]+:[^\s@]*@|[^?#]*[?#][^=]*=)")
+_SETTING = re.compile(r"[\w.-]+=")  # a KEY=VALUE setting (--backend-option base-url=…): its value is the URL
+_PARAMETER = re.compile(r"[^?#&;]+")  # one parameter of a query or fragment, between its separators
 
 
-def _hidden_values(query: str) -> str:
-    """A query or fragment with every value written as ``***``: any parameter may be a key (api_key,
-    token, sig …), and a part without a name (``?sk-…``) is hidden whole."""
-    return _PARAMETER.sub(lambda m: m[1] + (m[2] or "") + ("***" if m[3] else ""), query)
+def _secret_spans(url: str) -> list[tuple[int, int]]:
+    """The spans of ``url`` that may hold a secret, whichever way a library reads it: its user and password
+    (after the ``KEY=`` of a setting) up to the last ``@`` of its authority (RFC 3986), of the part before its query (a password with an
+    unescaped ``/``) and of the whole (one with an unescaped ``?`` or ``#``); and the value of every
+    parameter of its query and fragment (a parameter without a name is a value: ``?sk-…``), whatever it holds."""
+    setting = _SETTING.match(url)
+    offset = setting.end() if setting else 0
+    scheme = _SCHEME.match(url, offset)
+    start = scheme.end() if scheme else offset
+    authority_end = next((i for i in range(start, len(url)) if url[i] in "/?#"), len(url))
+    query = next((i for i in range(start, len(url)) if url[i] in "?#"), len(url))
+    spans = [(start, at) for at in (url.rfind("@", start, authority_end), url.rfind("@", start, query), url.rfind("@", start))
+             if at > start]
+    for parameter in _PARAMETER.finditer(url, query):
+        name, equals, _ = parameter.group().partition("=")
+        spans.append((parameter.start() + (len(name) + 1 if equals else 0), parameter.end()))
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _masked(url: str) -> str:
+    """``url`` with every character of its secret spans hidden, each run of them written ``***``."""
+    hidden = [False] * len(url)
+    for a, b in _secret_spans(url):
+        hidden[a:b] = [True] * (b - a)
+    shown, n = [], 0
+    while n < len(url):
+        if hidden[n]:
+            shown.append("***")
+            while n < len(url) and hidden[n]:
+                n += 1
+        else:
+            shown.append(url[n])
+            n += 1
+    return "".join(shown)
+
+
+class Redacted(str):
+    """A value given on a command line or in an ini file that is a URL carrying a secret (a user and
+    password, a query value): the text is what every line, property, report and file shows of it, the
+    secret written ``***``; ``actual`` is the value as given, for the one place that connects with it."""
+
+    actual: str
+
+    def __new__(cls, actual: str) -> Redacted:
+        made = super().__new__(cls, _masked(actual))
+        made.actual = actual
+        return made
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return Redacted, (self.actual,)
+
+
+def entered(value: str) -> str:
+    """An option's value at the point it enters: a URL-shaped value (a scheme ``…://``, ``HOST:PORT``,
+    ``USER:PASSWORD@HOST`` or a query with a ``NAME=``) that carries a secret becomes a ``Redacted``; any other is
+    returned as it is."""
+    if isinstance(value, Redacted):
+        return value
+    if not (_SCHEME.search(value) or _SCHEMELESS.match(value)) or _masked(value) == value:
+        return value
+    return Redacted(value)
+
+
+def actual(value: str) -> str:
+    """The value as given: what a ``Redacted`` stands for (the URL to connect to), else the value itself."""
+    return value.actual if isinstance(value, Redacted) else value
 
 
 def without_credentials(text: str) -> str:
-    """``text`` as a line or a file may show it: every URL's user and password
-    (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``), and every value of
-    its query and fragment too (``http://host/v1?api_key=***``)."""
-    text = _CREDENTIALS.sub(r"\1***@", text)
-    return _QUERY.sub(lambda m: m[1] + _hidden_values(m[2]), text)
+    """``text`` as a line or a file may show it, for text a library wrote: every URL in it (from its scheme
+    to the next space) with its user, password and every value of its query and fragment written as
+    ``***`` (``http://***@host/v1?api_key=***``), as ``entered`` shows a value."""
+    return _URL_IN_TEXT.sub(lambda m: _masked(m.group()), text)
 
 
 def first_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import full_context_line, matched_table, pareto_table
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import BENCH
 from pytest_longctx.paths import check_writable
@@ -34,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_writable(args.out, "--out")
-    shown = without_credentials(args.model) if args.model else None  # the reader as the output names it
-    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, shown, Path.cwd())
+    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, args.model, Path.cwd())
     backend = None
     if args.kv_press:
         raise LongctxError(f"--kv-press {args.kv_press}: compress-bench does not run KV-cache presses yet; gate a press with "
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             close(backend)
     print(f"{result.sessions} sessions from {result.source}; savings in tokens of {result.tokenizer}; "
-          f"Layer B: {f'read by {shown}' if result.layer_b else 'none (give --model)'}")
+          f"Layer B: {f'read by {args.model}' if result.layer_b else 'none (give --model)'}")
     print("savings: of the rendered chat, summed over the sessions [95 % bootstrap interval over sessions]; content: of "
           "the messages' contents alone; per-session: the mean of each session's own; n: sessions per cell")
     if result.layer_b and result.points:

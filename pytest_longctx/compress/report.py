@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
-from pytest_longctx.errors import without_credentials
 from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
 from pytest_longctx.reports.finish import Finished
@@ -35,7 +34,7 @@ def structure_line(summary: dict[str, Any]) -> str:
 
 
 def header(run: CompressorRun) -> str:
-    reader = f"Layer B read by {without_credentials(run.options.model)}" if run.options.model else "Layer A only (no model)"
+    reader = f"Layer B read by {run.options.model}" if run.options.model else "Layer A only (no model)"
     tokenizer = run.meta.get("tokenizer", "n/a")
     return (f"longctx compressor gate: {run.compressor.label} on {run.dataset.source}; {len(run.outcomes)} items "
             f"compressed; savings in tokens of {tokenizer}; {reader}")
@@ -60,7 +59,7 @@ def summary_lines(run: CompressorRun, finished: Finished) -> list[str]:
 def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> list[tuple[str, str]]:
     properties = [("longctx.compressor", visible(run.compressor.label)),
                   ("longctx.tokenizer", visible(str(run.meta.get("tokenizer", "")))),
-                  ("longctx.model", visible(without_credentials(str(run.options.model or ""))))]
+                  ("longctx.model", visible(str(run.options.model or "")))]
     for row in evaluation.rows:
         verdict = evaluation.verdict(row.key)
         properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),

@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import config_kind
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
@@ -103,7 +103,7 @@ def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
-    return Comparison(without_credentials(str(run.options.model)), said, run.scores.mode or "n/a", evaluation, run.thresholds,
+    return Comparison(str(run.options.model), said, run.scores.mode or "n/a", evaluation, run.thresholds,
                       items, targets, notes=evaluation.notes, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
                       reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()))
 

@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError, actual, entered
 from pytest_longctx.options.values import BLANK, Value, is_blank
 
 
@@ -31,7 +31,7 @@ class Key:
 
 
 def _refuse(option: str, setting: str, problem: str) -> LongctxError:
-    return LongctxError(without_credentials(f"{option} {setting}: {problem}"))
+    return LongctxError(f"{option} {setting}: {problem}")
 
 
 def split_settings(option: str, settings: Iterable[str], example: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ def split_settings(option: str, settings: Iterable[str], example: str) -> dict[s
     once, neither blank. ``example`` shows the form in the message (``cache-type-k=q8_0``)."""
     found: dict[str, str] = {}
     for setting in settings:
-        key, equals, value = str(setting).partition("=")
+        key, equals, value = actual(setting).partition("=")  # shown as entered, split as given
         key = key.strip()
         if not equals or not key:
             raise _refuse(option, repr(setting), f"expected KEY=VALUE, e.g. {example}")
@@ -47,7 +47,7 @@ def split_settings(option: str, settings: Iterable[str], example: str) -> dict[s
             raise _refuse(option, f"{key}=", BLANK)
         if key in found:
             raise _refuse(option, key, f"given twice ({key}={found[key]} and {setting})")
-        found[key] = value.strip()
+        found[key] = entered(value.strip())
     return found
 
 

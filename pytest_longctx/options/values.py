@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pytest_longctx.errors import actual, entered
 from pytest_longctx.parse import (
     at_least_one,
     comma_list,
@@ -40,7 +41,9 @@ class Value:
 
 
 def _text(raw: Any) -> str:
-    return str(raw).strip()
+    """Text as given, stripped; a URL in it that carries a secret enters redacted (errors.entered): every
+    model, data, server, reference and tokenizer is a text value, so no line made of one shows a secret."""
+    return entered((actual(raw) if isinstance(raw, str) else str(raw)).strip())
 
 
 def _choose(choices: tuple[str, ...]) -> Callable[[str], str]:

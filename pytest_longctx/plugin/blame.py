@@ -22,7 +22,7 @@ from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.backends.hybrids.pairs import load_models
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
 from pytest_longctx.gate.keys import dataset_keys
 from pytest_longctx.gate.model_run import GateRun
@@ -121,7 +121,7 @@ class BlameAfterGate:
         if options.cache_dir:  # where the gate left the candidate's answers
             args += ["--cache-dir", options.cache_dir]
         args += threshold_arguments(options.thresholds, dataset_keys(self.items(rows)))
-        return without_credentials(shlex.join(args))  # a server's user, password or key is not printed
+        return shlex.join(args)  # the options entered redacted: a server's user, password or key is not printed
 
     def notes(self) -> list[str]:
         """What the command leaves to the reader: the original where it is unnamed."""

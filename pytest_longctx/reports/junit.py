@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_longctx.errors import without_credentials
 from pytest_longctx.numbers import number
 from pytest_longctx.reports.format import visible
 from pytest_longctx.scoring.identity import Judged
@@ -12,7 +11,7 @@ from pytest_longctx.scoring.identity import Judged
 
 def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
     """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
-    name = without_credentials(str(run.options.model))
+    name = str(run.options.model)
     judged = Judged.from_meta(run.scores.meta, name)
     baseline = Judged.from_meta(run.baseline.meta) if run.baseline is not None else None
     properties = [("longctx.model", visible(name)),

@@ -25,7 +25,7 @@ from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.read_session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
 from pytest_longctx.data.qwen import qwen35_tokenizer
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError, actual, without_credentials
 
 # the identity probe: a fixed prompt whose top 16 at its end, rounded. It moves with most changes
 # behind the served name, not with all (one that shows only far back in a long context leaves it
@@ -69,7 +69,7 @@ class VllmServerBackend:
 
         check_server_url(settings.base_url, "the server's URL ", settings.api_key_env)
         self.settings = settings
-        self.base = settings.base_url.rstrip("/")
+        self.base = actual(settings.base_url).rstrip("/")  # entered redacted: connect to it as given
         self.where = without_credentials(self.base)  # the server as lines and files name it
         self.name = without_credentials(name)
         key = os.environ.get(settings.api_key_env, "")
