@@ -387,7 +387,7 @@ def test_an_output_on_the_baseline_is_refused_before_any_work(pytester, data, ba
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--longctx-model={MODEL}", f"--longctx-data={data}",
                                           "--longctx-baseline=baselines/b.json.gz", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    option, other = refused.split()[0], other or f"--longctx-baseline {baseline}"  # the baseline as the run reads it
+    option, other = refused.split()[0], other or "--longctx-baseline baselines/b.json.gz"  # the baseline as given
     assert (f"ERROR: {refused}: it is the file of {other}, which writing it would overwrite; give {option} a path of its own"
             in result.stderr.lines)
     assert baseline.read_bytes() == before and not (pytester.path / "r.txt").exists()

@@ -14,7 +14,7 @@ from pytest_longctx.gate.keys import check_keys
 from pytest_longctx.gate.results_file import read_results
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import COMPARE
-from pytest_longctx.paths import check_outputs, write_text_atomically
+from pytest_longctx.paths import check_outputs, local_files, write_text_atomically
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report
 from pytest_longctx.reports.tables import text_report
@@ -42,7 +42,7 @@ def render(comparison: Comparison, fmt: str, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = thresholds_of(args)
-    check_outputs([("--out", args.out)], inputs=[("BASELINE", args.baseline), ("RESULTS", args.results)])
+    check_outputs([("--out", args.out)], [("BASELINE", args.baseline), ("RESULTS", args.results), *local_files([("--data", args.data)])])
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
     evaluated = {config: {length: metrics.get("per_item", {}) for length, metrics in by_length.items()}

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
+from pytest_longctx.cli.args import loaded
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import full_context_line, matched_table, pareto_table
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import BENCH
-from pytest_longctx.paths import check_writable
+from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import write_json
 
 
@@ -32,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"compress-bench: {message}", file=sys.stderr, flush=True)
 
-    if args.out:
-        check_writable(args.out, "--out")
+    check_outputs([("--out", args.out)], local_files(loaded(args)))
     bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, args.model, Path.cwd())
     backend = None
     if args.kv_press:

@@ -7,6 +7,7 @@ from typing import Callable
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend, close, tokenizer_missing
+from pytest_longctx.cli.args import loaded
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
@@ -18,7 +19,7 @@ from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.metrics.rows import headline
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import SCORE
-from pytest_longctx.paths import check_outputs
+from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import table, write_json
 from pytest_longctx.reports.text import SETTLED_HEADERS, rows_table, settled_rows
 from pytest_longctx.scoring.cache import ScoreCache
@@ -53,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
+    check_outputs([("--out", args.out), ("--save_scores", args.save_scores)],
+                  [("--reference_scores", args.reference_scores), *local_files(loaded(args))])
     _check_sequential(args)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     selected = {(config, length, item.id) for config, length, item in dataset.items()}

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from pytest_longctx.backends.aliases import is_model_name
 from pytest_longctx.backends.base import Backend, tokenizer_of
-from pytest_longctx.data.load import load_dataset
+from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey, config_kind
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.gate_session import Case, Progress, unit_of
@@ -28,7 +28,6 @@ from pytest_longctx.gate.sequential.reading import annotate, read
 from pytest_longctx.gate.verdicts import Evaluation, evaluate
 from pytest_longctx.metrics.raw import is_nonfinite
 from pytest_longctx.metrics.rows import row_specs
-from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.fingerprint import data_fingerprint, item_fingerprint, tokenizer_fingerprint
 from pytest_longctx.scoring.identity import compare_judged
@@ -52,9 +51,9 @@ class GateRun:
     def __init__(self, options: GateOptions, invocation_dir: Path):
         self.options = options
         self.thresholds = options.thresholds
-        self._check_outputs(invocation_dir)
-        self.dataset = load_dataset(options.data, options.sets, options.lengths, options.limit)
-        self.baseline_path = (invocation_dir / options.baseline) if options.baseline else None
+        # what the run writes was checked against what it reads by the front end (GateOptions.files); the baseline
+        # comes first: one that is missing or cannot be read is said before any data is built
+        self.baseline_path = options.baseline_file(invocation_dir)
         if options.update_baseline and self.baseline_path is None:
             raise LongctxError("--longctx-update-baseline: also give the file to write, --longctx-baseline PATH "
                                "(e.g. baselines/my-model.json.gz)")
@@ -70,6 +69,9 @@ class GateRun:
                 self.missing_baseline = self._missing_baseline_message()
             else:
                 self.baseline = load_scores(self.baseline_path, "baseline")
+        # without a baseline the one test says how to make it: no data is built for it
+        self.dataset = (load_dataset(options.data, options.sets, options.lengths, options.limit) if not self.missing_baseline
+                        else Dataset(str(options.data)))
         left_out = self._leave_out_configs_without_baseline()
         if self.baseline is not None and not self.baseline.has_drift:
             left_out.append(f"baseline {self.baseline_path} keeps no most likely tokens (made before drift rows, or by a "
@@ -88,19 +90,8 @@ class GateRun:
         self.failure: str | None = None  # a scoring failure, repeated by later tests
         self.cache: Any = None
         self._evaluations: dict[tuple[frozenset[ItemKey], frozenset[ItemKey]], Evaluation] = {}
-        self.warnings: list[str] = left_out + self.thresholds.check_patterns(self.check_keys())
-
-    def _check_outputs(self, invocation_dir: Path) -> None:
-        """Every file the run will write, checked before any work: a path that cannot be
-        written, or that is the baseline's or another output's, is one line now, not a
-        traceback once the scoring is done (or a baseline overwritten by a report)."""
-        options = self.options
-        baseline = [("--longctx-baseline", invocation_dir / options.baseline)] if options.baseline else []
-        reports = [("--longctx-out", options.out), ("--longctx-markdown", options.markdown), ("--longctx-html", options.html)]
-        if options.update_baseline:
-            check_outputs(baseline + reports)
-        else:
-            check_outputs(reports, inputs=baseline)
+        # a pattern is checked against the checks of the data, which a run without a baseline does not build
+        self.warnings: list[str] = left_out + (self.thresholds.check_patterns(self.check_keys()) if not self.missing_baseline else [])
 
     def _leave_out_configs_without_baseline(self) -> list[str]:
         """Without --longctx-sets, a config the baseline has no scores for at all (a baseline

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.backend_keys import check_backend_settings
 from pytest_longctx.options.fronts import read_plugin_options
+from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import SEQUENTIAL_MODES, THRESHOLD_FIELDS, plugin_option
+from pytest_longctx.paths import local_files
+from pytest_longctx.scoring.shipped_baselines import baseline_file
+
+Files = list[tuple[str, "str | Path | None"]]  # (option, path) of what a run writes or reads; None: not asked for
 
 EXACT, CONFIDENT, OFF = SEQUENTIAL_MODES
 
@@ -46,6 +52,28 @@ class GateOptions:
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: str = OFF  # --longctx-sequential: read until each verdict is settled (gate/sequential/), or everything
+
+    blame_reference: str | None = None  # --longctx-blame-reference: the original a failing gate's blame loads
+
+    def baseline_file(self, here: Path) -> Path | None:
+        """The baseline file (a path relative to ``here``, the folder pytest runs in, or a shipped baseline's
+        name); None without one."""
+        return baseline_file(self.baseline, here, "--longctx-baseline", self.update_baseline) if self.baseline else None
+
+    def files(self, here: Path) -> tuple[Files, Files]:
+        """(what the run writes, what it reads), each as (option, path), for the one check of the two against each
+        other (paths.check_outputs) before anything is read: the reports, and the baseline when it is updated; the
+        baseline otherwise, and the data, the model, its tokenizer and blame's original where they are files or
+        folders here (a hub id, an alias or a URL is none)."""
+        file = self.baseline_file(here)
+        # as given where it is a path here (compared at the start, in the folder pytest runs in); else the shipped file
+        baseline = [("--longctx-baseline", self.baseline if file == here / str(self.baseline) else file)] if file else []
+        written: Files = [("--longctx-out", self.out), ("--longctx-markdown", self.markdown), ("--longctx-html", self.html)]
+        settings = split_settings("--longctx-backend-option", self.backend_options, "KEY=VALUE")
+        local = [("--longctx-data", self.data), ("--longctx-model", self.model), ("--longctx-blame-reference", self.blame_reference),
+                 ("--longctx-backend-option tokenizer", settings.get("tokenizer"))]
+        read: Files = local_files(local, here)
+        return (written + baseline, read) if self.update_baseline else (written, read + baseline)
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -89,7 +117,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
-        sequential=sequential,
+        sequential=sequential, blame_reference=values["blame-reference"],
     )
 
 

@@ -29,9 +29,9 @@ from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import Evaluation
 from pytest_longctx.options.table import BUDGET, PAIR_BACKENDS, THRESHOLD_FIELDS
-from pytest_longctx.paths import write_text_atomically
+from pytest_longctx.paths import step_summary, write_text_atomically
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
-from pytest_longctx.reports.finish import append, step_summary
+from pytest_longctx.reports.finish import append
 from pytest_longctx.reports.format import markdown_code, visible
 from pytest_longctx.reports.format import markdown_text as cell
 
@@ -60,7 +60,7 @@ class BlameAfterGate:
 
     def __init__(self, run: GateRun, config: pytest.Config, finished: Callable[[], Evaluation | None]):
         self.run, self.config, self.finished = run, config, finished
-        self.reference: str | None = config.getoption("longctx_blame_reference")
+        self.reference: str | None = run.options.blame_reference  # as entered (a URL in it redacted)
         self.run_it = bool(config.getoption("longctx_blame"))
 
     def original(self) -> tuple[str, str | None]:

@@ -17,6 +17,7 @@ from pytest_longctx.gate.gate_session import Case
 from pytest_longctx.gate.options import read_options
 from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
 from pytest_longctx.options.table import PYTEST, taken_by
+from pytest_longctx.paths import STEP_SUMMARY, check_outputs, step_summary
 from pytest_longctx.plugin.gates import Gate, start
 from pytest_longctx.reports.format import visible
 
@@ -101,6 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if options.compressor and config.getoption("longctx_blame"):
             raise LongctxError("--longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), "
                                "not a compressor gate's; leave it out")
+        outputs, inputs = options.files(config.invocation_params.dir)
+        check_outputs([*outputs, *pytest_outputs(config, options)], inputs)  # before anything is read or written
         run = config.stash[RUNNING] = start(options, config.invocation_params.dir)
         run.session.warnings.extend(_rootdir_taken_from_an_option(config))
         follow = run.follow_up(config)
@@ -115,6 +118,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run these tests on one pytest-xdist worker")
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
+
+
+# what pytest and its plugins write, by the option that names the file and its dest
+PYTEST_OUTPUTS = (("--junitxml", "xmlpath"), ("--report-log", "report_log"), ("--html", "htmlpath"))
+
+
+def pytest_outputs(config: pytest.Config, options: Any) -> list[tuple[str, str | None]]:
+    """The files the pytest run writes besides the gate's own: pytest's junit XML, its plugins' reports, and
+    for the model gate the CI job's step summary its markdown is appended to."""
+    found = [(flag, getattr(config.option, dest, None)) for flag, dest in PYTEST_OUTPUTS]
+    return found + ([] if options.compressor else [(f"${STEP_SUMMARY}", step_summary())])
 
 
 def _rootdir_taken_from_an_option(config: pytest.Config) -> list[str]:

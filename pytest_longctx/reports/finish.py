@@ -4,7 +4,6 @@ appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the HTML report (``--long
 and the junit suite properties, written; and what that leaves for the summary (``Finished``)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,15 +12,13 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import from_gate_run
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.verdicts import Evaluation
-from pytest_longctx.paths import write_text_atomically
+from pytest_longctx.paths import step_summary, write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.junit import suite_properties
 from pytest_longctx.reports.markdown import ci_summary
 from pytest_longctx.reports.results_json import results_json
 from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable
-
-STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
 @dataclass
@@ -32,11 +29,6 @@ class Finished:
     evaluation: Any  # the gate's evaluation (gate/verdicts.Evaluation, compress/run.CompressionEvaluation)
     notes: list[str] = field(default_factory=list)
     failed: str | None = None
-
-
-def step_summary() -> str | None:
-    """The CI job's step summary file (GitHub Actions' ``$GITHUB_STEP_SUMMARY``), when there is one."""
-    return os.environ.get(STEP_SUMMARY) or None
 
 
 def append(path: str, text: str) -> None:
