@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
 from pytest_longctx.reports.finish import Finished
@@ -80,9 +81,9 @@ def results_json(run: CompressorRun, evaluation: CompressionEvaluation) -> dict[
     }
 
 
-def finish(run: CompressorRun, junit: Any, stopped: str | None = None) -> Finished:
-    """At the end of the session (controller): the results JSON and the junit properties
-    (``stopped``, why the run ended early, changes nothing: this gate writes no baseline)."""
+def finish(run: CompressorRun, junit: Any, happened: Happened | None = None) -> Finished:
+    """At the end of the session (controller): the results JSON and the junit properties (``happened``, what the
+    plugin saw of the run, changes nothing: this gate writes no baseline and no report that says PASS)."""
     evaluation = run.evaluate()
     notes = []
     if run.options.out:

@@ -12,10 +12,11 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.gate.results_file import ResultsFile, find_data
 from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdict import Verdict, verdict_word
+from pytest_longctx.gate.verdict import Verdict
 from pytest_longctx.gate.verdicts import Evaluation, Sets, evaluate
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
 from pytest_longctx.scoring.identity import compare_judged, header
@@ -40,6 +41,7 @@ class Comparison:
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
     sequential: dict[str, Any] | None = None  # what sequential reading read of the selection (gate/sequential/ totals)
+    happened: Happened = field(default_factory=Happened)  # what the front end saw of the run (gate/outcome.py)
 
     @property
     def failing(self) -> list[Verdict]:
@@ -55,7 +57,13 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        return verdict_word(self.passed)
+        """PASS only where every selected check was judged and passed; else FAIL, or what happened instead."""
+        return self.happened.word(not self.passed)
+
+    @property
+    def not_judged(self) -> str | None:
+        """Why some selected check was not judged (the model did not load, the run stopped, nothing was selected)."""
+        return self.happened.incomplete()
 
     def to_json(self, count: int = 0) -> dict[str, Any]:
         """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
@@ -63,6 +71,7 @@ class Comparison:
         shown = (lambda xs: xs[:count]) if count > 0 else (lambda xs: xs)
         return {
             "model": self.model, "header": self.header, "mode": self.mode, "passed": self.passed,
+            "outcome": self.verdict, "not_judged": self.not_judged,
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
             "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
@@ -94,18 +103,19 @@ def model_name(meta: dict[str, Any]) -> str:
     return str(meta.get("model") or meta.get("backend") or "unnamed model")
 
 
-def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
-    """The comparison of a finished model gate run."""
+def from_gate_run(run: GateRun, evaluation: Evaluation, happened: Happened | None = None) -> Comparison:
+    """The comparison of a finished model gate run; ``happened``: what the front end saw of it."""
     baseline = run.baseline if run.baseline is not None else run.scores
     items, targets = losses(run.scores, baseline, evaluation.sets, evaluation.baseline_sets, run.thresholds,
                             run.dataset)
-    against = (f"baseline {run.baseline_path}" if run.baseline is not None else
+    against = (f"baseline {run.options.baseline}" if run.baseline is not None else
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
     return Comparison(str(run.options.model), said, run.scores.mode or "n/a", evaluation, run.thresholds,
                       items, targets, notes=evaluation.notes, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
-                      reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()))
+                      reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()),
+                      happened=happened or Happened())
 
 
 def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:

@@ -9,17 +9,19 @@ from pytest_longctx.reports.format import visible
 from pytest_longctx.scoring.identity import Judged
 
 
-def suite_properties(run: Any, evaluation: Any) -> list[tuple[str, str]]:
-    """junit ``<properties>`` of the test suite: every row, the model, the baseline, the thresholds."""
-    name = str(run.options.model)
+def suite_properties(run: Any, comparison: Any) -> list[tuple[str, str]]:
+    """junit ``<properties>`` of the test suite: the outcome, every row, the model, the baseline, the thresholds."""
+    evaluation, name = comparison.evaluation, str(run.options.model)
     judged = Judged.from_meta(run.scores.meta, name)
     baseline = Judged.from_meta(run.baseline.meta) if run.baseline is not None else None
-    properties = [("longctx.model", visible(name)),
+    properties = [("longctx.outcome", comparison.verdict),
+                  ("longctx.not_judged", visible(comparison.not_judged or "")),
+                  ("longctx.model", visible(name)),
                   ("longctx.candidate", visible(judged.describe()) if run.scores.meta else ""),
                   ("longctx.quantization", visible(judged.quantization)),
                   ("longctx.kv_cache", visible(judged.kv_cache)),
                   ("longctx.kv_press", visible(judged.press)),
-                  ("longctx.baseline", visible(str(run.baseline_path)) if run.baseline_path else ""),
+                  ("longctx.baseline", visible(str(run.options.baseline)) if run.baseline_path else ""),  # as given
                   ("longctx.baseline_model", visible(baseline.describe()) if baseline is not None else ""),
                   ("longctx.baseline_compressed", visible("; ".join(baseline.compressions())) if baseline is not None else ""),
                   ("longctx.mode", run.scores.mode)]
