@@ -119,7 +119,8 @@ def test_an_interrupted_update_keeps_the_baseline(pytester, data, baseline):
 
     result = update(pytester, data, baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert summary(result) == [f"longctx: baseline {baseline} NOT written: the run was interrupted (KeyboardInterrupt)"]
+    assert summary(result) == [f"longctx: baseline {baseline} NOT written: the run was interrupted (KeyboardInterrupt)",
+                               "longctx: STOPPED: the run was interrupted (KeyboardInterrupt)"]
     assert baseline.read_bytes() == before
 
 
@@ -142,17 +143,19 @@ def internal_error(report):
         raise RuntimeError("a plugin's hook broke")
 
 
-@pytest.mark.parametrize(("hooks", "args", "status", "why"), [
+@pytest.mark.parametrize(("hooks", "args", "status", "why", "outcome"), [
     (dict(runtest_makereport=failing("call")), ["-x"], pytest.ExitCode.TESTS_FAILED,
-     "the run stopped before its last test (stopping after 1 failures; -x, --maxfail)"),
-    (dict(runtest_makereport=failing("setup")), [], pytest.ExitCode.TESTS_FAILED, "1 of the gate's tests ended in an error"),
-    (dict(runtest_logreport=internal_error), [], pytest.ExitCode.INTERNAL_ERROR, "pytest stopped on an internal error"),
+     "the run stopped before its last test (stopping after 1 failures; -x, --maxfail)", "FAIL"),
+    (dict(runtest_makereport=failing("setup")), [], pytest.ExitCode.TESTS_FAILED, "1 of the gate's tests ended in an error",
+     "STOPPED"),
+    (dict(runtest_logreport=internal_error), [], pytest.ExitCode.INTERNAL_ERROR, "pytest stopped on an internal error",
+     "STOPPED"),
 ], ids=["stopped", "erroring", "internal-error"])
-def test_an_incomplete_update_writes_no_baseline(pytester, data, hooks, args, status, why):
+def test_an_incomplete_update_writes_no_baseline(pytester, data, hooks, args, status, why, outcome):
     path = pytester.path / "new.json.gz"  # none before: nothing protects it but the rule
     result = update(pytester, data, path, *args, plugins=[Hooks(**hooks)])
     assert result.ret == status
-    assert summary(result) == [f"longctx: baseline {path} NOT written: {why}"]
+    assert summary(result) == [f"longctx: baseline {path} NOT written: {why}", f"longctx: {outcome}: {why}"]
     assert not path.exists()
 
 

@@ -73,7 +73,7 @@ class GateOptions:
         local = [("--longctx-data", self.data), ("--longctx-model", self.model), ("--longctx-blame-reference", self.blame_reference),
                  ("--longctx-backend-option tokenizer", settings.get("tokenizer"))]
         read: Files = local_files(local, here)
-        return (written + baseline, read) if self.update_baseline else (written, read + baseline)
+        return (baseline + written, read) if self.update_baseline else (written, read + baseline)
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
