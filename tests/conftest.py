@@ -145,3 +145,35 @@ def planted_gguf(gguf_vocab, tmp_path_factory) -> tuple[Path, Path]:
     from kit.gguf import planted_pair
 
     return planted_pair(tmp_path_factory.mktemp("gguf"), gguf_vocab)
+
+
+@pytest.fixture(scope="module")
+def tiny_loaded(qwen_tokenizer):
+    """A tiny random qwen3 model as a loaded backend, to hand to runs in this process (what such a test checks is what
+    a run says or writes, not how a model loads): ``(backend, tokenizer)``, as ``load_backend`` returns."""
+    from kit.models import tiny_qwen3
+
+    from pytest_longctx.backends.hf import TransformersBackend
+
+    return TransformersBackend(tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer), qwen_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_data(qwen_tokenizer, tmp_path_factory) -> Path:
+    """facts at 1k: 2 items."""
+    folder = tmp_path_factory.mktemp("tiny-data")
+    write_split(folder, "facts", "1k", build_rows(qwen_tokenizer, ("1k",))[("facts", "1k")])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_baseline(tiny_loaded, tiny_data, tmp_path_factory) -> Path:
+    """The tiny model's own baseline over ``tiny_data`` (``longctx score --save_scores``): gated against it, it passes."""
+    from pytest_longctx.cli import main
+    from pytest_longctx.cli import score as score_command
+
+    path = tmp_path_factory.mktemp("tiny-baseline") / "b.json.gz"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: tiny_loaded)
+        assert main(["score", "--model", "tiny", "--data", str(tiny_data), "--quiet", "--save_scores", str(path)]) == 0
+    return path

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from kit.items import build_rows, write_split
 from kit.models import tiny_qwen3
+from kit.runs import Hooks
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
@@ -95,15 +96,6 @@ def summary(result) -> list[str]:
 
 
 # ------------------------------------------------------------------ 1: only a complete run writes
-
-
-class Hooks:
-    """Hooks of a test's own, handed to the run as a plugin (a conftest.py in the test's folder
-    would see only the tests under it, not the gate's)."""
-
-    def __init__(self, **hooks):
-        for name, hook in hooks.items():
-            setattr(self, f"pytest_{name}", hook)
 
 
 def first_item_done(report) -> bool:
@@ -237,10 +229,11 @@ def _results_json(old: bytes) -> bytes:
 # how each damage is said: the problem in the parentheses, and what fixes it before "remove it first"
 UNREADABLE = {
     "lfs-pointer": (_lfs_pointer, "is a Git LFS pointer, not the file", "fetch it (git lfs pull), or "),
-    "newer-version": (_newer_version, "format version 99, this pytest-longctx reads 1 and 2", ""),
+    "newer-version": (_newer_version, "format version 99, written by a newer pytest-longctx (this one reads 1 and 2)",
+                      "upgrade pytest-longctx to read it (pip install -U pytest-longctx), or "),
     "truncated-gzip": (_truncated, "corrupt or truncated (EOFError: Compressed file ended before the end-of-stream "
                                    "marker was reached", ""),
-    "not-a-scores-file": (_results_json, "not a pytest-longctx scores file", ""),
+    "not-a-scores-file": (_results_json, "a results JSON (longctx score --out, pytest --longctx-out), not a scores file", ""),
 }
 
 

@@ -13,48 +13,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from kit.items import build_rows, write_split
 from kit.models import save_model, tiny_qwen3
-from kit.runs import run_pytest
+from kit.runs import Hooks, run_pytest
 
-from pytest_longctx.backends.hf import TransformersBackend
-from pytest_longctx.cli import main
-from pytest_longctx.cli import score as score_command
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.plugin import fixtures
 
 MODEL = "tiny"
-
-
-@pytest.fixture(scope="module")
-def loaded(qwen_tokenizer):
-    return TransformersBackend(tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer), qwen_tokenizer
-
-
-@pytest.fixture(scope="module")
-def data(qwen_tokenizer, tmp_path_factory) -> Path:
-    """facts at 1k: 2 items."""
-    folder = tmp_path_factory.mktemp("data")
-    write_split(folder, "facts", "1k", build_rows(qwen_tokenizer, ("1k",))[("facts", "1k")])
-    return folder
-
-
-@pytest.fixture(scope="module")
-def baseline(loaded, data, tmp_path_factory) -> Path:
-    """The tiny model's own baseline: gated against it, it passes."""
-    path = tmp_path_factory.mktemp("baseline") / "b.json.gz"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
-        assert main(["score", "--model", MODEL, "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
-    return path
-
-
-class Hooks:
-    """Hooks of a test's own, handed to the run as a plugin."""
-
-    def __init__(self, **hooks):
-        for name, hook in hooks.items():
-            setattr(self, f"pytest_{name}", hook)
 
 
 def reports(folder: Path) -> dict[str, str]:
@@ -83,20 +48,20 @@ def gate(pytester, data, baseline, *args, **kwargs):
         "--longctx-out=results.json", "--junitxml=junit.xml", *args, **kwargs)
 
 
-def test_a_run_that_judged_every_check_and_passed_says_pass(pytester, data, baseline, loaded, monkeypatch):
-    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: loaded)
-    result = gate(pytester, data, baseline)
+def test_a_run_that_judged_every_check_and_passed_says_pass(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch):
+    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: tiny_loaded)
+    result = gate(pytester, tiny_data, tiny_baseline)
     assert result.ret == pytest.ExitCode.OK
     assert reports(pytester.path) == said("PASS", "pass")
     assert "not judged" not in (pytester.path / "summary.md").read_text()
 
 
-def test_a_model_that_does_not_load_is_not_run(pytester, data, baseline, monkeypatch):
+def test_a_model_that_does_not_load_is_not_run(pytester, tiny_data, tiny_baseline, monkeypatch):
     def refuse(*args, **kwargs):
         raise LongctxError("--model tiny: no such folder or file")
 
     monkeypatch.setattr(fixtures, "load_backend", refuse)
-    result = gate(pytester, data, baseline)
+    result = gate(pytester, tiny_data, tiny_baseline)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert reports(pytester.path) == said("NOT RUN", "na")
     why = "the model did not load: --model tiny: no such folder or file"
@@ -105,29 +70,29 @@ def test_a_model_that_does_not_load_is_not_run(pytester, data, baseline, monkeyp
     assert 'class="verdict-pass"' not in (pytester.path / "report.html").read_text()
 
 
-def test_ctrl_c_before_scoring_ends_is_stopped(pytester, data, baseline, loaded, monkeypatch):
-    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: loaded)
+def test_ctrl_c_before_scoring_ends_is_stopped(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch):
+    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: tiny_loaded)
 
     def ctrl_c(report):
         if report.when == "call" and report.nodeid.startswith("longctx::test_item[facts-1k-f0]"):
             raise KeyboardInterrupt  # after the first item, before the row is judged
 
-    result = gate(pytester, data, baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
+    result = gate(pytester, tiny_data, tiny_baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert reports(pytester.path) == said("STOPPED", "na")
     assert ("> **not judged**: the run was interrupted (KeyboardInterrupt)"
             in (pytester.path / "summary.md").read_text().splitlines())
 
 
-def test_deselecting_every_test_of_the_gate_selects_nothing(pytester, data, baseline, loaded, monkeypatch):
-    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: loaded)
-    result = gate(pytester, data, baseline, "-k", "no-such-test")
+def test_deselecting_every_test_of_the_gate_selects_nothing(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch):
+    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: tiny_loaded)
+    result = gate(pytester, tiny_data, tiny_baseline, "-k", "no-such-test")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert reports(pytester.path) == said("NOTHING SELECTED", "na")
 
 
-def test_a_failing_check_stays_fail_when_the_run_then_stops(pytester, data, baseline, loaded, monkeypatch):
-    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: loaded)
+def test_a_failing_check_stays_fail_when_the_run_then_stops(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch):
+    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: tiny_loaded)
 
     @pytest.hookimpl(wrapper=True)
     def runtest_makereport(item, call):
@@ -136,7 +101,7 @@ def test_a_failing_check_stays_fail_when_the_run_then_stops(pytester, data, base
             report.outcome, report.longrepr = "failed", "made to fail"
         return report
 
-    result = gate(pytester, data, baseline, "-x", plugins=[Hooks(runtest_makereport=runtest_makereport)])
+    result = gate(pytester, tiny_data, tiny_baseline, "-x", plugins=[Hooks(runtest_makereport=runtest_makereport)])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert reports(pytester.path) == said("FAIL", "fail")
 
@@ -155,8 +120,8 @@ def models(qwen_tokenizer, tmp_path_factory) -> dict[str, Path]:
     ("tiny", ["-k", "no-such-test"], 5, "NOTHING SELECTED"),
     ("broken", [], 1, "NOT RUN"),  # a worker's model failure errors its tests, and comes with its output
 ], ids=["passing", "deselected", "not-loading"])
-def test_under_xdist_the_controller_says_the_same(data, baseline, models, tmp_path, model, args, status, word):
-    result = run_pytest(tmp_path, "-n", "2", f"--longctx-data={data}", f"--longctx-baseline={baseline}",
+def test_under_xdist_the_controller_says_the_same(tiny_data, tiny_baseline, models, tmp_path, model, args, status, word):
+    result = run_pytest(tmp_path, "-n", "2", f"--longctx-data={tiny_data}", f"--longctx-baseline={tiny_baseline}",
                         f"--longctx-model={models[model]}", "--longctx-markdown=summary.md", *args, timeout=600)
     assert result.returncode == status, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "summary.md").read_text().splitlines()[0] == f"## longctx: {word}"

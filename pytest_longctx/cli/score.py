@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if results.meta.get("mode_fallback"):
         print(f"longctx: warning: {results.meta['mode_fallback']}", file=sys.stderr)
     for warning in results.warnings:
-        print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
+        print(f"longctx: warning: {warning}", file=sys.stderr)
     print(rows_table(results.rows))
     print(f"mode: {results.mode}; reference: {results.reference or 'none (the model is its own)'}")
     if reading is not None:
@@ -140,7 +140,7 @@ def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: ob
     scores.meta = {**scores.meta, "data": data_fingerprint(scored), **({"mode_fallback": fallback[0]} if fallback else {})}
     sets = compute_sets(dataset.select({(c, n, i) for c, n, i, _ in scored}), scores, reference, args.min_effect)
     rows, sources = headline(sets)
-    warnings = compare_judged(reference.meta, scores.meta).warnings + notes
+    warnings = compare_judged(reference.meta, scores.meta, "reference").warnings + notes
     return Results(rows, sources, sets, mode, scores.meta, scores, reference.path, warnings, args.min_effect), reading
 
 

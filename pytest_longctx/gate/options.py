@@ -9,7 +9,7 @@ from typing import Any, Callable
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.backend_keys import check_backend_settings
-from pytest_longctx.options.fronts import read_plugin_options
+from pytest_longctx.options.fronts import Given, read_plugin_options
 from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import SEQUENTIAL_MODES, THRESHOLD_FIELDS, plugin_option
 from pytest_longctx.paths import local_files
@@ -101,7 +101,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
                            "give it with --longctx-update-baseline, or leave it out")
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
-    sequential = _sequential(values["sequential"], values["update-baseline"], bool(values["compressor"]))
+    sequential = _sequential(values, values["update-baseline"], bool(values["compressor"]))
     threshold = plugin_option("threshold")
     overrides = (*parse_overrides(getini(threshold.plugin_dest) or [], f"ini option {threshold.plugin_dest} in {inipath}",
                                   strict=False),
@@ -121,17 +121,18 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
     )
 
 
-def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> str:
-    """--longctx-sequential: exact unless given; a baseline update reads every item, so it takes off only, and
-    the compressor gate compresses every session."""
+def _sequential(values: Given, update_baseline: bool, compressor: bool) -> str:
+    """--longctx-sequential (or its ini option): exact unless given; a baseline update reads every item, so it takes
+    off only, and the compressor gate compresses every session. A mode refused is named as it was given."""
+    given = values["sequential"]
+    if given in (None, OFF):
+        return OFF if compressor or update_baseline else given or EXACT
+    where = ("; the ini file sets it for every run: give --longctx-sequential off on this command line"
+             if "sequential" in values.ini else "; leave it out, or give off")
     if compressor:
-        if given not in (None, OFF):
-            raise LongctxError(f"--longctx-sequential {given}: the model gate's; the compressor gate "
-                               "(--longctx-compressor) compresses every session, leave it out")
-        return OFF
+        raise LongctxError(f"{values.said('sequential')}: how much the model gate reads; the compressor gate "
+                           f"(--longctx-compressor) compresses every session{where}")
     if update_baseline:
-        if given not in (None, OFF):
-            raise LongctxError(f"--longctx-sequential {given}: a baseline update (--longctx-update-baseline) reads every "
-                               "item, so a baseline holds them all; leave it out, or give off")
-        return OFF
-    return given or EXACT
+        raise LongctxError(f"{values.said('sequential')}: a baseline update (--longctx-update-baseline) reads every item, "
+                           f"so a baseline holds them all{where}")
+    return given

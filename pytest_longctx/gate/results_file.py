@@ -52,6 +52,10 @@ def read_results(path: str) -> ResultsFile:
     scores = scores_from_json(body, path) if "scores" in body else None
     if scores is not None:
         check_drift_blocks(scores, "results", again)
+    if not body["sets"] and not (scores is not None and any(True for _ in scores.items())):
+        why = body.get("not_judged") or "nothing was scored"
+        raise LongctxError(f"results {path}: holds no scores and no metrics: the run that wrote it judged nothing ({why}); "
+                           "there is nothing to compare: give the results of a run that scored the model")
     sequential = body.get("sequential")
     totals = sequential.get("totals") if isinstance(sequential, dict) else None
     return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"),

@@ -17,18 +17,20 @@ from pytest_longctx.options.values import (
     COUNT,
     FOLDER,
     INTEGER,
+    LENGTHS,
     LEVEL,
-    NAMES,
     NUMBER,
     PATH,
     ROWS,
     Value,
     choice,
+    names,
     text,
     whole,
 )
 
 PYTEST = "pytest"  # the plugin: --longctx-<name>
+CONFIG_NAMES = names("facts,tool_calls")
 SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "gguf-fix-set", "build", "validate",
                                                           "compress-bench")
 COMMANDS = (SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
@@ -133,10 +135,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("data", "the data both were scored on (default: the one named in their meta)", FOLDER, takes=(COMPARE,)),
     Option("data", "'builtin' (default), a benchmark folder, the faithfulness dataset's folder or file, or a hub id",
            text("DATA"), "builtin", takes=(BENCH,)),
-    Option("sets", "configs to gate, comma-separated (default: all present)", NAMES, takes=SELECTING, ini=True),
-    Option("sets", f"configs to build, comma-separated (default: all of {', '.join(ALL_CONFIGS)})", NAMES, takes=(BUILD,)),
-    Option("lengths", "lengths, comma-separated, e.g. 2k,8k (default: all in the data)", NAMES, takes=SELECTING, ini=True),
-    Option("lengths", "lengths in Qwen3.5 tokens, comma-separated", NAMES, list(DEFAULT_LENGTHS), takes=(BUILD,)),
+    Option("sets", "configs to gate, comma-separated (default: all present)", CONFIG_NAMES, takes=SELECTING, ini=True),
+    Option("sets", f"configs to build, comma-separated (default: all of {', '.join(ALL_CONFIGS)})", CONFIG_NAMES, takes=(BUILD,)),
+    Option("lengths", "lengths, comma-separated, e.g. 2k,8k (default: all in the data)", LENGTHS, takes=SELECTING, ini=True),
+    Option("lengths", "lengths in Qwen3.5 tokens, comma-separated", LENGTHS, list(DEFAULT_LENGTHS), takes=(BUILD,)),
     Option("limit", "the first N items of each config and length", COUNT, takes=SELECTING, ini=True),
     Option("limit", "at most N items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by "
            "default)", COUNT, takes=(BUILD,)),
@@ -263,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("granularity", "layer: each decoder layer; block: attention, MLP and norms within each; tensor: every "
            "parameter; the embeddings, the LM head and the final norm are parts at each", choice(*GRANULARITIES), "layer",
            takes=(BLAME,)),
-    Option("parts", "only these parts, comma-separated (e.g. layer.3,lm_head)", NAMES, takes=(BLAME,)),
+    Option("parts", "only these parts, comma-separated (e.g. layer.3,lm_head)", names("layer.3,lm_head"), takes=(BLAME,)),
     Option("rows", "only these failing rows, ';'-separated, as the gate names them", ROWS, takes=(BLAME,)),
     Option("search", f"groups (with {GROUPS_FROM} changed parts or more): restore halves of the changed parts, then halves "
            f"of the halves that move the far drift by {CARRY:.0%} or more, down to single parts, and measure those alone "
@@ -351,10 +353,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("min-retention-paraphrase", "compressor gate: lowest allowed share of facts kept, paraphrase probes", NUMBER,
            0.95, ini=True, section=COMPRESSOR),
     Option("methods", f"comma-separated built-ins, adapters (ctxgate, tooltrim, llmlingua) or module:function (default: "
-           f"{', '.join(COMPRESSORS)}; selective_context only with --model)", NAMES, takes=(BENCH,)),
+           f"{', '.join(COMPRESSORS)}; selective_context only with --model)", names("last_tokens,ctxgate"), takes=(BENCH,)),
     Option("sweep", "the knob values to run a method with, METHOD:KNOB=V1,V2,... (replaces its default sweep; several for "
            "one method run every combination); repeatable", text("METHOD:KNOB=V1,V2,..."), takes=(BENCH,), repeat=True),
-    Option("suites", f"only the sessions of these suites ({', '.join(SUITES)}), after --limit", NAMES, takes=(BENCH,)),
+    Option("suites", f"only the sessions of these suites ({', '.join(SUITES)}), after --limit", names(",".join(SUITES[:2])),
+           takes=(BENCH,)),
 )
 
 

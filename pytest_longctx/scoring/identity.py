@@ -102,21 +102,22 @@ class Against:
     note: str  # how the candidate stands to the baseline, for the reports' headers; empty when it is a compression of it
 
 
-def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any]) -> Against:
+def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any], side: str = "baseline") -> Against:
     """The one comparison of what a baseline was made from (its meta) with what a run judged: a baseline
     made under compression, a candidate that is the baseline's own model and setup, and the settings
-    that differ without making the numbers incomparable (backend, dtype, device, versions)."""
+    that differ without making the numbers incomparable (backend, dtype, device, versions). ``side``: how the
+    lines name the file compared with (``longctx score`` calls it the reference, blame the original's baseline)."""
     theirs, mine = Judged.from_meta(baseline), Judged.from_meta(candidate)
     warnings = []
     if theirs.compressions():
         now = "; ".join(mine.compressions()) or "uncompressed"
-        warnings.append(f"the baseline was itself made under compression ({'; '.join(theirs.compressions())}): the candidate "
-                        f"({now}) is judged against a compressed reference, not the original model; make the baseline "
+        warnings.append(f"the {side} was itself made under compression ({'; '.join(theirs.compressions())}): the candidate "
+                        f"({now}) is judged against a compressed reference, not the original model; make the {side} "
                         "from the uncompressed model unless this is meant")
-    warnings += [f"the baseline differs in {d}" for d in advisory_differences(baseline, candidate)]
+    warnings += [f"the {side} differs in {d}" for d in advisory_differences(baseline, candidate)]
     if theirs.dtype != mine.dtype and all(baseline.get(k) == candidate.get(k) for k in ("model", "config")):
-        warnings.append(f"the baseline is this model in {theirs.dtype}, this run in {mine.dtype}: a dtype change alone drifts by "
-                        "rounding (docs/performance.md#dtypes); make the baseline in the candidate's dtype (--longctx-dtype) "
+        warnings.append(f"the {side} is this model in {theirs.dtype}, this run in {mine.dtype}: a dtype change alone drifts by "
+                        f"rounding (docs/performance.md#dtypes); make the {side} in the candidate's dtype (--longctx-dtype, --dtype) "
                         "to gate the model, not the rounding")
     if mine.same_setup(theirs):
         note = "the baseline's own model and setup (the same weights, compressed alike): it is compared with itself"

@@ -244,7 +244,7 @@ def score_sets(
                          reference=reference, notes=notes)
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
-    warnings = (compare_judged(reference.meta, scores.meta).warnings + notes) if reference is not None else []
+    warnings = (compare_judged(reference.meta, scores.meta, "reference").warnings + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline(sets)
     return Results(rows=rows, row_sources=row_sources, sets=sets, mode=mode, meta=scores.meta, scores=scores,

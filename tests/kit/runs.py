@@ -36,3 +36,12 @@ def with_and_without_xdist(pytester, model: Path | str, data: Path | str, baseli
             f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", f"--longctx-out={out}", *args)
         runs[workers] = (result, junit, out)
     return runs
+
+
+class Hooks:
+    """Hooks of a test's own, handed to the run as a plugin (a conftest.py in the test's folder
+    would see only the tests under it, not the gate's)."""
+
+    def __init__(self, **hooks):
+        for name, hook in hooks.items():
+            setattr(self, f"pytest_{name}", hook)
