@@ -20,8 +20,11 @@ def pytest_configure(config: pytest.Config) -> None:
     HTML report's plots), then came back as new Python modules beside C extensions that stay loaded,
     and the next report in this process failed ("Single argument to subplot must be a three-digit
     integer, not GridSpec(1, 1)[0:1, 0:1]": two SubplotSpec classes). Imported here, before any run, it
-    is never dropped; where it is missing (or blocked, as test_optional_modules does) nothing is imported."""
-    for module in ("matplotlib.figure", "matplotlib.backends.backend_svg"):
+    is never dropped; where it is missing (or blocked, as test_optional_modules does) nothing is imported. The
+    same holds for numpy's C extensions that scipy.stats loads (the gate's uncertainty), which cannot be loaded
+    twice in one process ("cannot load module more than once per process"): a test module that imports nothing
+    of the gate before its first in-process run would otherwise leave numpy.fft dropped for the tests after it."""
+    for module in ("matplotlib.figure", "matplotlib.backends.backend_svg", "scipy.stats"):
         import_problem(module)
     if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
         # each of pytest-xdist's workers (and the gates it runs in subprocesses) computes on one thread: torch

@@ -12,20 +12,8 @@ from pytest_longctx.cli.args import loaded
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import full_context_line, matched_table, pareto_table
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BENCH
 from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import write_json
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compress-bench", help="compare context compressors at matched savings (knob sweeps, Pareto table)",
-                       description="Run context compressors over the faithfulness sessions, each over a sweep of one "
-                                   "knob; print retention (Layer A), realized savings and, with --model, the change in "
-                                   "the answer's teacher-forced recall and log-probability (Layer B) per point, the "
-                                   "Pareto front, and each method's retention at matched savings.")
-    add_command_arguments(p, BENCH)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

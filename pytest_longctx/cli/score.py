@@ -17,8 +17,6 @@ from pytest_longctx.gate.sequential.reading import OFF, Reading, annotate, read,
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdicts import evaluate
 from pytest_longctx.metrics.rows import headline
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import SCORE
 from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import table, write_json
 from pytest_longctx.reports.text import SETTLED_HEADERS, rows_table, settled_rows
@@ -44,13 +42,6 @@ from pytest_longctx.scoring.scores_file import (
     dropped_items,
     load_scores,
 )
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score", help="score a model teacher-forced on the benchmark",
-                       description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
-    add_command_arguments(p, SCORE)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,10 +63,10 @@ def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> l
                   ("longctx.model", visible(str(run.options.model or "")))]
     for row in evaluation.rows:
         verdict = evaluation.verdict(row.key)
-        properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),
-                       (f"longctx.full_row.{row.label}", number(row.full, 6)),
-                       (f"longctx.threshold_row.{row.label}", number(verdict.threshold, 6) if verdict else "reported"),
-                       (f"longctx.verdict.{row.label}", verdict.word if verdict else "reported")]
+        properties += [(f"longctx.row.{row.key}", number(row.compressed, 6)),  # named by key: no space in a name
+                       (f"longctx.full_row.{row.key}", number(row.full, 6)),
+                       (f"longctx.threshold_row.{row.key}", number(verdict.threshold, 6) if verdict else "reported"),
+                       (f"longctx.verdict.{row.key}", verdict.word if verdict else "reported")]
     return properties
 
 

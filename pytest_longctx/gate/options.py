@@ -13,7 +13,7 @@ from pytest_longctx.options.fronts import Given, read_plugin_options
 from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import SEQUENTIAL_MODES, THRESHOLD_FIELDS, plugin_option
 from pytest_longctx.paths import local_files
-from pytest_longctx.scoring.shipped_baselines import baseline_file
+from pytest_longctx.shipped_baselines import baseline_file
 
 Files = list[tuple[str, "str | Path | None"]]  # (option, path) of what a run writes or reads; None: not asked for
 

@@ -1,5 +1,7 @@
 """The gate's results in the junit XML: ``<properties>`` of the test suite, control
-characters written out as in the terminal (XML 1.0 forbids most of them)."""
+characters written out as in the terminal (XML 1.0 forbids most of them). A property's name holds
+no space, comma or parenthesis: a row is named by its key (``facts-2k``, as ``-k`` and
+``--longctx-threshold`` name it), not by its label (docs/reports.md#junit)."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,32 +29,34 @@ def suite_properties(run: Any, comparison: Any) -> list[tuple[str, str]]:
                   ("longctx.mode", run.scores.mode)]
     properties += [(f"longctx.threshold.{name}", visible(value)) for name, value in run.thresholds.describe().items()]
     for verdict in evaluation.verdicts:
+        key = verdict.key
         if verdict.label in evaluation.rows:
-            properties += [(f"longctx.row.{verdict.label}", number(verdict.model, 6)),
-                           (f"longctx.baseline_row.{verdict.label}", number(verdict.baseline, 6)),
-                           (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6)),
-                           (f"longctx.verdict.{verdict.label}", verdict.word)]
+            properties += [(f"longctx.row.{key}", number(verdict.model, 6)),
+                           (f"longctx.baseline_row.{key}", number(verdict.baseline, 6)),
+                           (f"longctx.threshold_row.{key}", number(verdict.threshold, 6)),
+                           (f"longctx.verdict.{key}", verdict.word)]
             if verdict.interval is not None:
-                properties += [(f"longctx.interval_low.{verdict.label}", number(verdict.interval[0], 6)),
-                               (f"longctx.interval_high.{verdict.label}", number(verdict.interval[1], 6)),
-                               (f"longctx.items.{verdict.label}", str(verdict.items))]
+                properties += [(f"longctx.interval_low.{key}", number(verdict.interval[0], 6)),
+                               (f"longctx.interval_high.{key}", number(verdict.interval[1], 6)),
+                               (f"longctx.items.{key}", str(verdict.items))]
             if verdict.p is not None:
-                properties += [(f"longctx.mcnemar_lost.{verdict.label}", str(verdict.lost)),
-                               (f"longctx.mcnemar_gained.{verdict.label}", str(verdict.gained)),
-                               (f"longctx.p.{verdict.label}", number(verdict.p, 6))]
+                properties += [(f"longctx.mcnemar_lost.{key}", str(verdict.lost)),
+                               (f"longctx.mcnemar_gained.{key}", str(verdict.gained)),
+                               (f"longctx.p.{key}", number(verdict.p, 6))]
         elif verdict.metric == "kl":
-            properties += [(f"longctx.verdict.{verdict.label}", verdict.word),
-                           (f"longctx.threshold_row.{verdict.label}", number(verdict.threshold, 6))]
+            properties += [(f"longctx.verdict.{key}.kl", verdict.word),
+                           (f"longctx.threshold_row.{key}.kl", number(verdict.threshold, 6))]
     for verdict in evaluation.verdicts:
         if verdict.settling is not None:
             properties.append((f"longctx.settled.{verdict.key}.{verdict.metric}", visible(verdict.settling.text())))
     for name, found in evaluation.drift.items():
-        properties += [(f"longctx.drift_{group}_kl.{name}", number(getattr(found, group).kl, 6)) for group in ("far", "near", "control")]
-        properties += [(f"longctx.drift_far_same_top1.{name}", number(found.far.same_top1, 6)),
-                       (f"longctx.drift_far_dlogp.{name}", number(found.far.dlogp, 6)),
-                       (f"longctx.drift_excess.{name}", number(found.difference, 6)),
-                       (f"longctx.damage.{name}", evaluation.damage_kind(name) or "")]
+        key = evaluation.row_sources[name].key
+        properties += [(f"longctx.drift_{group}_kl.{key}", number(getattr(found, group).kl, 6)) for group in ("far", "near", "control")]
+        properties += [(f"longctx.drift_far_same_top1.{key}", number(found.far.same_top1, 6)),
+                       (f"longctx.drift_far_dlogp.{key}", number(found.far.dlogp, 6)),
+                       (f"longctx.drift_excess.{key}", number(found.difference, 6)),
+                       (f"longctx.damage.{key}", evaluation.damage_kind(name) or "")]
         if found.interval is not None:
-            properties += [(f"longctx.drift_excess_low.{name}", number(found.interval[0], 6)),
-                           (f"longctx.drift_excess_high.{name}", number(found.interval[1], 6))]
+            properties += [(f"longctx.drift_excess_low.{key}", number(found.interval[0], 6)),
+                           (f"longctx.drift_excess_high.{key}", number(found.interval[1], 6))]
     return properties

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_longctx.errors import LongctxError
 
-SHIPPED = Path(__file__).resolve().parents[1] / "baselines"
+SHIPPED = Path(__file__).resolve().parent / "baselines"
 SUFFIX = ".json.gz"
 
 
