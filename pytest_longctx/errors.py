@@ -19,14 +19,14 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 # a value as given that is a URL although it names no scheme: HOST:PORT…, USER:PASSWORD@HOST…, or a query with a NAME=
 _SCHEMELESS = re.compile(r"(?:[\w.-]+=)?(?:[\w.-]+:\d+(?:[/?#]|$)|[^/\s@=:]+:[^\s@]*@|[^?#]*[?#][^=]*=)")
 _SETTING = re.compile(r"[\w.-]+=")  # a KEY=VALUE setting (--backend-option base-url=…): its value is the URL
-_PARAMETER = re.compile(r"[^?#&;]+")  # one parameter of a query or fragment, between its separators
 
 
 def _secret_spans(url: str) -> list[tuple[int, int]]:
-    """The spans of ``url`` that may hold a secret, whichever way a library reads it: its user and password
-    (after the ``KEY=`` of a setting) up to the last ``@`` of its authority (RFC 3986), of the part before its query (a password with an
-    unescaped ``/``) and of the whole (one with an unescaped ``?`` or ``#``); and the value of every
-    parameter of its query and fragment (a parameter without a name is a value: ``?sk-…``), whatever it holds."""
+    """The spans of ``url`` that may hold a secret, whichever way a library reads it: its user and password (after
+    the ``KEY=`` of a setting) up to the last ``@`` of its authority (RFC 3986), of the part before its query (a
+    password with an unescaped ``/``) and of the whole (one with an unescaped ``?`` or ``#``); and the value of every
+    parameter of its query and fragment, whatever it holds but the ``&`` that ends it (a ``?``, ``;`` or ``=`` is
+    part of it, as URL parsers read it; a parameter without a name, ``?sk-…``, is a value)."""
     setting = _SETTING.match(url)
     offset = setting.end() if setting else 0
     scheme = _SCHEME.match(url, offset)
@@ -35,9 +35,15 @@ def _secret_spans(url: str) -> list[tuple[int, int]]:
     query = next((i for i in range(start, len(url)) if url[i] in "?#"), len(url))
     spans = [(start, at) for at in (url.rfind("@", start, authority_end), url.rfind("@", start, query), url.rfind("@", start))
              if at > start]
-    for parameter in _PARAMETER.finditer(url, query):
-        name, equals, _ = parameter.group().partition("=")
-        spans.append((parameter.start() + (len(name) + 1 if equals else 0), parameter.end()))
+    fragment = url.find("#", query)
+    for part_start, part_end in ((query + 1, fragment if fragment >= 0 else len(url)), (fragment + 1, len(url))):
+        if part_start <= 0 or part_start > len(url):
+            continue
+        position = part_start
+        for parameter in url[part_start:part_end].split("&"):
+            name, equals, _ = parameter.partition("=")
+            spans.append((position + (len(name) + 1 if equals else 0), position + len(parameter)))
+            position += len(parameter) + 1
     return [(a, b) for a, b in spans if b > a]
 
 
@@ -56,6 +62,22 @@ def _masked(url: str) -> str:
             shown.append(url[n])
             n += 1
     return "".join(shown)
+
+
+# a piece of a secret shorter than this tells too little to hide without garbling the text around it
+_PIECE = 4
+_SEPARATORS = re.compile(r"[\s:/?#@&;=]+")
+
+
+def _pieces(url: str) -> set[str]:
+    """The secrets of ``url`` and their pieces between a URL's separators, less the names of its query's parameters
+    (``token`` of ``?token=…`` is no secret): what a library handed the URL as given may quote in its own words
+    ("Invalid port: '…'")."""
+    names = set(re.findall(r"[?#&]([^?#&=]+)=", url))
+    found = set()
+    for a, b in _secret_spans(url):
+        found.update(p for p in (url[a:b], *_SEPARATORS.split(url[a:b])) if len(p) >= _PIECE and p not in names)
+    return found
 
 
 class Redacted(str):
@@ -95,6 +117,16 @@ def without_credentials(text: str) -> str:
     to the next space) with its user, password and every value of its query and fragment written as
     ``***`` (``http://***@host/v1?api_key=***``), as ``entered`` shows a value."""
     return _URL_IN_TEXT.sub(lambda m: _masked(m.group()), text)
+
+
+def hidden(text: str, *given: object) -> str:
+    """``text`` a library wrote while it had the values ``given`` as given (``actual``), as a line may show it:
+    ``without_credentials``, and every secret of a ``Redacted`` among them, or a piece of one, wherever it stands."""
+    text = without_credentials(text)
+    for secret in sorted({p for value in given if isinstance(value, Redacted) for p in _pieces(value.actual)},
+                         key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def first_line(exc: BaseException) -> str:

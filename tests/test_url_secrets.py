@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from pytest_longctx.errors import Redacted, actual, entered, without_credentials
+from pytest_longctx.errors import Redacted, actual, entered, hidden, without_credentials
 from pytest_longctx.options.backend_keys import VLLM_SERVER
 from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import plugin_option
@@ -17,7 +17,8 @@ from pytest_longctx.options.table import plugin_option
 @pytest.mark.parametrize(("text", "shown"), [
     ("http://user:s3cret@gpu-box:8000/v1", "http://***@gpu-box:8000/v1"),
     ("http://gpu-box:8000/v1?api_key=sk-s3cret", "http://gpu-box:8000/v1?api_key=***"),
-    ("https://gpu-box/v1?token=s3cret&sig=s3cret;password=s3cret", "https://gpu-box/v1?token=***&sig=***;password=***"),
+    # a ; is part of a value, as URL parsers read a query: only & ends one
+    ("https://gpu-box/v1?token=s3cret&sig=s3cret;password=s3cret", "https://gpu-box/v1?token=***&sig=***"),
     ("https://user:s3cret@gpu-box/v1?key=s3cret", "https://***@gpu-box/v1?key=***"),
     ("http://gpu-box/v1#access_token=s3cret&type=bearer", "http://gpu-box/v1#access_token=***&type=***"),
     ("http://gpu-box/v1?key=s3cret#s3cret", "http://gpu-box/v1?key=***#***"),
@@ -82,3 +83,14 @@ def test_every_text_option_and_setting_enters_through_the_one_redaction():
     assert settings["base-url"] == "http://***@gpu-box:8000/v1" and actual(settings["base-url"]) == "http://u:s3cret@gpu-box:8000/v1"
     values, _ = VLLM_SERVER.parse(settings)  # what the server backend connects with is the URL as given
     assert actual(values["base_url"]) == "http://u:s3cret@gpu-box:8000/v1" and "s3cret" not in values["base_url"]
+
+
+def test_a_library_quoting_a_piece_of_a_secret_is_hidden_where_its_words_enter_a_line():
+    # httpx, handed http://user:Qz7kPvA:Wm4xTrB/*@host/v1 as given, says "Invalid port: 'Qz7kPvA'": no URL to mask
+    given = entered("http://user:Qz7kPvA:Wm4xTrB/*@127.0.0.1:8000/v1")
+    assert hidden(f"--model {given}: InvalidURL: Invalid port: 'Qz7kPvA'", given) == (
+        "--model http://***@127.0.0.1:8000/v1: InvalidURL: Invalid port: '***'")
+    # a parameter's name is no secret, and a value entered with none leaves the text as it is
+    query = entered("https://hub.example/m?token=Qz7kPvA")
+    assert hidden("token Qz7kPvA rejected", query, "org/model") == "token *** rejected"
+    assert hidden("token Qz7kPvA rejected", "org/model") == "token Qz7kPvA rejected"

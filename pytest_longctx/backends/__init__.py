@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model
 from pytest_longctx.backends.base import Backend, tokenizer_of
 from pytest_longctx.backends.registry import BACKENDS, Deferred, RegistryError, resolve
-from pytest_longctx.errors import LongctxError, first_line, without_credentials
+from pytest_longctx.errors import LongctxError, first_line, hidden
 from pytest_longctx.options.keys import split_settings
 
 
@@ -98,8 +98,8 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
         raise
     except Exception as exc:
         first = first_line(exc)
-        raise LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
-                                               f"{type(exc).__name__}" + (f": {first}" if first else ""))) from None
+        raise LongctxError(hidden(f"--backend {backend}: the factory failed for model {model}: {type(exc).__name__}"
+                                  + (f": {first}" if first else ""), model, *settings.values())) from None
     if not callable(getattr(made, "read", None)):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
     return made, tokenizer_of(made)

@@ -25,7 +25,7 @@ from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.read_session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
 from pytest_longctx.data.qwen import qwen35_tokenizer
-from pytest_longctx.errors import LongctxError, actual, without_credentials
+from pytest_longctx.errors import LongctxError, actual, hidden, without_credentials
 
 # the identity probe: a fixed prompt whose top 16 at its end, rounded. It moves with most changes
 # behind the served name, not with all (one that shows only far back in a long context leaves it
@@ -132,7 +132,7 @@ class VllmServerBackend:
                 problem = f"no answer within {self.settings.timeout:g} s (--backend-option timeout=SECONDS)"
                 continue
             except httpx.TransportError as exc:
-                problem = without_credentials(f"{type(exc).__name__}: {exc}")
+                problem = hidden(f"{type(exc).__name__}: {exc}", self.settings.base_url)  # httpx had the URL as given
                 continue
             if response.status_code >= 500:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
