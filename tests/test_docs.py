@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from os.path import relpath
 from pathlib import Path
 
 import pytest
@@ -185,10 +186,20 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def source_url() -> str:
+    """The repository's address, as pyproject.toml's Project-URLs name it."""
+    return re.search(r'^Source = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+
+
 def broken_links(page: Path) -> list[str]:
+    """The links of ``page`` that lead nowhere: relative ones, and those to the repository's own files (the README's,
+    which a package index shows too), are resolved in this checkout, their anchors among the headings."""
     broken = []
+    here = f"{source_url()}/blob/main/"
     for target in LINK.findall(FENCE.sub("", page.read_text())):
-        if re.match(r"[a-z]+:", target):
+        if target.startswith(here):
+            target = str(Path(relpath(ROOT / target.removeprefix(here), page.parent)))
+        elif re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
@@ -260,6 +271,16 @@ def test_the_checker_catches_a_misspelling(known: set[str], parsers: dict[str, a
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_and_anchors_resolve(page: Path) -> None:
     assert broken_links(page) == []
+
+
+def test_the_readme_links_work_from_a_package_index() -> None:
+    """A package index shows the README away from the repository: its links are absolute, to the repository the
+    Project-URLs name (and checked to resolve here, as every page's are)."""
+    links = LINK.findall(FENCE.sub("", README.read_text()))
+    assert links and [link for link in links if not re.match(r"[a-z]+:|#", link)] == []
+    assert sum(link.startswith(f"{source_url()}/blob/main/") for link in links) > 20
+    project = (ROOT / "pyproject.toml").read_text()
+    assert "[project.urls]" in project and "Documentation = " in project and "Issues = " in project
 
 
 def test_readme_is_a_front_door() -> None:

@@ -5,6 +5,7 @@ built), a baseline given as a relative path stays as given in every report, and 
 (no space, comma or parenthesis)."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -108,3 +109,18 @@ def test_junit_property_names_are_plain(gate, pytester, tiny_baseline):
     names = [p.get("name") for p in ET.parse(pytester.path / "junit.xml").iter("property")]
     assert any(n.startswith("longctx.row.") for n in names) and any(n.startswith("longctx.threshold.") for n in names)
     assert [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.\-]+", n)] == []
+
+
+def test_the_first_run_says_what_it_builds(tmp_path):
+    """Was: the first run built a tokenizer of tens of MB and the agent sessions without a word."""
+    done = subprocess.run([sys.executable, "-c", "from pytest_longctx.data.builtin.cache import builtin_dir; builtin_dir([])"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "LONGCTX_CACHE": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("longctx: building")]
+    tokenizer = next(tmp_path.glob("tokenizers/qwen3_5-*.json"))
+    assert len(said) == 2 and f"longctx: building the Qwen3.5 tokenizer into {tokenizer} (once; later runs reuse it)" in said
+    assert any(line.startswith(f"longctx: building the builtin agent sessions (faithfulness) into {tmp_path / 'builtin'}")
+               for line in said)
+    again = subprocess.run([sys.executable, "-c", "from pytest_longctx.data.builtin.cache import builtin_dir; builtin_dir([])"],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "LONGCTX_CACHE": str(tmp_path)})
+    assert "longctx: building" not in again.stderr  # once
