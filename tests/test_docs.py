@@ -334,3 +334,38 @@ def test_architecture_names_every_module() -> None:
     assert unlisted_modules(architecture, ROOT / "pytest_longctx") == []
     # and it would notice one more
     assert unlisted_modules(architecture.replace("`modes`", "`nodes`"), ROOT / "pytest_longctx") == ["scoring/modes"]
+
+
+# ------------------------------------------------------------------ a pip user's first hour, as the docs tell it
+
+
+def test_every_first_command_a_page_shows_starts_small() -> None:
+    """The first pytest command of docs/baselines.md and of the README: a limited selection (the whole builtin 8k set
+    is hours on a CPU), not every item at 8k."""
+    for page in (ROOT / "docs" / "baselines.md", README):
+        first = next(shell(line) for block in FENCE.findall(page.read_text()) for line in joined(block).splitlines()
+                     if line.startswith("pytest "))
+        assert any(word.startswith("--longctx-limit") for word in first), (page.name, first)
+
+
+def test_the_install_block_and_the_workflow_say_how_to_get_torchs_cpu_build() -> None:
+    install = dict(sections(README.read_text()))  # the sections' text without code; the block is in the source
+    block = next(b for b in FENCE.findall(README.read_text()) if "pip install torch" in b)
+    torch_line = next(line for line in block.splitlines() if line.startswith("pip install torch"))
+    assert "CPU build" in torch_line and "install selector" in torch_line, install.keys()
+    workflow = WORKFLOW.read_text()
+    assert re.search(r"pip install torch --index-url \"\$TORCH_INDEX\"", workflow) and "TORCH_INDEX:" in workflow
+
+
+def test_the_workflow_installs_the_quantization_its_candidate_needs() -> None:
+    """Its candidate is an int4 checkpoint: the extra of the library that quantized it is installed with the plugin."""
+    workflow = WORKFLOW.read_text()
+    model = re.search(r"MODEL: (\S+)", workflow).group(1)
+    extra = re.search(r"QUANTIZATION: (\S+)", workflow).group(1)
+    assert "int4" in model and extra in ("torchao", "compressed-tensors", "bitsandbytes", "auto-round", "gptqmodel")
+    assert re.search(r'pip install "pytest-longctx\[[\w,-]*\$QUANTIZATION[\w,-]*\]"', workflow)
+
+
+def test_the_model_aliases_say_what_the_uncompressed_model_is() -> None:
+    aliases = dict(sections((ROOT / "docs" / "backends.md").read_text()))["Model aliases"]
+    assert "Q4_1" in aliases and "de-quantized" in aliases and '"uncompressed model"' in aliases
