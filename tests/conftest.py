@@ -9,7 +9,7 @@ import pytest
 from kit.items import build_rows, write_split
 from kit.models import degraded_model, save_model, trained_qwen3, training_sequences
 from kit.needs import import_problem
-from kit.runs import run_pytest
+from kit.runs import run_pytest, saved_scores
 
 pytest_plugins = ["pytester"]
 
@@ -172,11 +172,4 @@ def tiny_data(qwen_tokenizer, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_baseline(tiny_loaded, tiny_data, tmp_path_factory) -> Path:
     """The tiny model's own baseline over ``tiny_data`` (``longctx score --save_scores``): gated against it, it passes."""
-    from pytest_longctx.cli import main
-    from pytest_longctx.cli import score as score_command
-
-    path = tmp_path_factory.mktemp("tiny-baseline") / "b.json.gz"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: tiny_loaded)
-        assert main(["score", "--model", "tiny", "--data", str(tiny_data), "--quiet", "--save_scores", str(path)]) == 0
-    return path
+    return saved_scores(tiny_loaded, tiny_data, tmp_path_factory.mktemp("tiny-baseline") / "b.json.gz")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from kit.items import build_rows, write_split
 from kit.models import tiny_qwen3
-from kit.runs import Hooks
+from kit.runs import Hooks, saved_scores
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
@@ -65,11 +65,7 @@ def data(qwen_tokenizer, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def made(data, loaded, tmp_path_factory) -> Path:
     """The 16-item baseline, made once (``longctx score --save_scores`` writes the same file)."""
-    path = tmp_path_factory.mktemp("made") / "b.json.gz"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
-        assert main(["score", "--model", MODEL, "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
-    return path
+    return saved_scores(loaded, data, tmp_path_factory.mktemp("made") / "b.json.gz")
 
 
 @pytest.fixture
