@@ -121,9 +121,11 @@ def without_credentials(text: str) -> str:
 
 def hidden(text: str, *given: object) -> str:
     """``text`` a library wrote while it had the values ``given`` as given (``actual``), as a line may show it:
-    ``without_credentials``, and every secret of a ``Redacted`` among them, or a piece of one, wherever it stands."""
+    ``without_credentials``, and every secret of a ``Redacted`` among them (or in a list or tuple among them), or a
+    piece of one, wherever it stands."""
     text = without_credentials(text)
-    for secret in sorted({p for value in given if isinstance(value, Redacted) for p in _pieces(value.actual)},
+    values = [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value])]
+    for secret in sorted({p for value in values if isinstance(value, Redacted) for p in _pieces(value.actual)},
                          key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

@@ -18,7 +18,7 @@ class NotANumber(ValueError):
     """The value is not a number at all (rather than one out of range)."""
 
 
-def comma_list(text: str, example: str) -> list[str]:
+def comma_list(text: str, example: str = "a,b") -> list[str]:
     """The items of a comma-separated list, stripped; empty items left out. A list of
     nothing (``""``, ``","``) is a ``ValueError`` showing ``example`` (what the option lists):
     it would silently mean "all"."""

@@ -191,6 +191,11 @@ def local_files(named: Iterable[tuple[str, str | os.PathLike | None]],
     return [(option, value) for option, value in named if value and os.path.lexists(os.path.join(here, value))]
 
 
+def _kinds(folder: str) -> set[str]:
+    """The suffixes of the files ``folder`` holds (at any depth): the kinds of file its reader takes."""
+    return {Path(name).suffix for _, _, names in os.walk(folder) for name in names}
+
+
 def _within(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
@@ -199,8 +204,9 @@ def check_outputs(outputs: Iterable[tuple[str, str | os.PathLike | None]],
                   inputs: Iterable[tuple[str, str | os.PathLike | None]] = ()) -> None:
     """The one check of what a run writes against what it reads, made before anything is read: every output
     (``(option, path)``; None: not asked for) must be writable, and neither the file of an input or of another
-    output, nor inside an input's folder (a model's ``config.json``, a dataset's split, or a new file its loader or
-    its digest would read); an input that is a loop of links is refused too. Paths are compared as real paths, so
+    output, nor a file an input folder holds (a model's ``config.json``, a dataset's split), nor a new file there of
+    a kind the folder holds (one more ``.json`` in a model's folder, a split in a dataset's: what its reader or its
+    digest would take); an input that is a loop of links is refused too. Paths are compared as real paths, so
     ``./b.json.gz``, ``x/../b.json.gz`` and a link to it are all ``b.json.gz``. A clash is one line naming both
     options and paths."""
     taken: dict[str, tuple[str, str | os.PathLike]] = {}
@@ -219,10 +225,16 @@ def check_outputs(outputs: Iterable[tuple[str, str | os.PathLike | None]],
             other, other_path = taken[real]
             raise LongctxError(f"{option} {path}: it is the file of {other} {other_path}, which writing it would "
                                f"overwrite; give {option} a path of its own")
-        holder = next(((o, p) for folder, o, p in folders if _within(real, folder)), None)
-        if holder is not None:  # a file there is read (a config.json), or may be (a dataset's next split, a digest)
-            raise LongctxError(f"{option} {path}: it lies in the folder of {holder[0]} {holder[1]}, whose files the run "
-                               f"reads (writing there would overwrite or add to them); give {option} a path outside it")
+        for folder, other, other_path in folders:
+            if not _within(real, folder):
+                continue
+            if os.path.lexists(real):  # a file the input holds: a model's config.json, a dataset's split
+                raise LongctxError(f"{option} {path}: it is a file of {other} {other_path}, which writing it would "
+                                   f"overwrite; give {option} a path outside it")
+            kind = Path(real).suffix
+            if kind and kind in _kinds(folder):  # one more of the files its reader takes: a split, a digested config
+                raise LongctxError(f"{option} {path}: it would add a {kind} file to {other} {other_path}, whose {kind} "
+                                   f"files the run reads; give {option} a path outside it")
         check_writable(path, option)
         taken[real] = (option, path)
 

@@ -85,8 +85,10 @@ def test_a_length_is_named_as_the_data_names_it(given):
 
 def test_a_length_that_is_none_is_one_line_naming_the_option(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-model=m", "--longctx-lengths=2kk")
-    assert errors(result) == ["ERROR: --longctx-lengths '2kk' (on the command line): '2kk' is not a length: expected "
-                              "lengths like 2k, 8k or 32k"]
+    assert errors(result) == ["ERROR: --longctx-lengths '2kk' (on the command line): expected a length like 2k, 8k or 32k"]
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-model=m", "--longctx-lengths=2k,2kk")
+    assert errors(result) == ["ERROR: --longctx-lengths '2k,2kk' (on the command line): '2kk' is not a length: expected "
+                              "a length like 2k, 8k or 32k"]
 
 
 def test_the_builder_builds_a_length_between_the_cards(qwen_tokenizer, tmp_path):

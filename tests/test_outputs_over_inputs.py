@@ -4,7 +4,8 @@ file and folder the run reads (the baseline, the data, the model, its tokenizer,
 anything is read; a clash is one usage error naming both, and the input is left as it was. A loop of links
 is one line, never "does not exist", and an update never replaces the link.
 
-Nothing is loaded: the check comes first, so the model folder, the data and the baseline here are stand-ins."""
+Writing a new file of another kind into an input's folder is no clash: a run's junit.xml beside a dataset is read by
+nobody. Nothing is loaded: the check comes first, so the model folder, the data and the baseline here are stand-ins."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 from pytest_longctx.cli import main
 
 CLASH = "it is the file of {other}, which writing it would overwrite; give {option} a path of its own"
-INSIDE = ("it lies in the folder of {other}, whose files the run reads (writing there would overwrite or add to them); "
-          "give {option} a path outside it")
+HELD = "it is a file of {other}, which writing it would overwrite; give {option} a path outside it"
+ADDED = "it would add a {kind} file to {other}, whose {kind} files the run reads; give {option} a path outside it"
 
 
 @pytest.fixture
@@ -49,19 +50,19 @@ def gate(pytester, *args: str, environment: dict[str, str] | None = None):
     (["--longctx-baseline=b.json.gz", "--longctx-out=r.json", "--junitxml=r.json"], {}, "--junitxml r.json",
      "--longctx-out r.json", CLASH),
     (["--longctx-baseline=b.json.gz", "--longctx-out=model/config.json"], {}, "--longctx-out model/config.json",
-     "--longctx-model model", INSIDE),
-    (["--longctx-baseline=b.json.gz", "--junitxml=model/junit.xml"], {}, "--junitxml model/junit.xml", "--longctx-model model",
-     INSIDE),
+     "--longctx-model model", HELD),
+    (["--longctx-baseline=b.json.gz", "--longctx-out=model/results.json"], {}, "--longctx-out model/results.json",
+     "--longctx-model model", ADDED),
     (["--longctx-baseline=b.json.gz", "--longctx-html=data/facts/2k.jsonl"], {}, "--longctx-html data/facts/2k.jsonl",
-     "--longctx-data data", INSIDE),
+     "--longctx-data data", HELD),
     (["--longctx-baseline=b.json.gz", "--longctx-markdown=data/facts/8k.jsonl"], {}, "--longctx-markdown data/facts/8k.jsonl",
-     "--longctx-data data", INSIDE),  # a new file the loader would read as the next split
+     "--longctx-data data", ADDED),  # a new file the loader would read as the next split
     (["--longctx-baseline=b.json.gz"], {"GITHUB_STEP_SUMMARY": "b.json.gz"}, "$GITHUB_STEP_SUMMARY b.json.gz",
      "--longctx-baseline b.json.gz", CLASH),
     (["--longctx-baseline=b.json.gz", "--longctx-backend=vllm-server", "--longctx-model=http://gpu-box:8000/v1",
       "--longctx-backend-option=tokenizer=tok", "--longctx-out=tok/tokenizer.json"], {},
-     "--longctx-out tok/tokenizer.json", "--longctx-backend-option tokenizer tok", INSIDE),
-], ids=["junit-baseline", "junit-updated-baseline", "junit-results", "out-model-config", "junit-in-model",
+     "--longctx-out tok/tokenizer.json", "--longctx-backend-option tokenizer tok", HELD),
+], ids=["junit-baseline", "junit-updated-baseline", "junit-results", "out-model-config", "out-new-json-in-model",
         "html-over-data", "markdown-new-split", "step-summary-baseline", "out-tokenizer"])
 def test_an_output_over_an_input_is_one_usage_error_before_anything_is_read(pytester, here, args, environment, refused,
                                                                             other, message):
@@ -69,7 +70,8 @@ def test_an_output_over_an_input_is_one_usage_error_before_anything_is_read(pyte
     result = gate(pytester, *args, environment=environment)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     option = refused.split()[0]
-    assert f"ERROR: {refused}: {message.format(other=other, option=option)}" in result.stderr.lines
+    kind = Path(refused.split()[-1]).suffix
+    assert f"ERROR: {refused}: {message.format(other=other, option=option, kind=kind)}" in result.stderr.lines
     assert contents(here) == before and "wrote baseline" not in result.stdout.str()
 
 
@@ -86,18 +88,18 @@ def test_a_loop_of_links_as_the_baseline_is_said_and_never_replaced(pytester, he
 
 @pytest.mark.parametrize(("args", "refused", "other", "message"), [
     (["blame", "--reference", "model", "--model", "other", "--out", "model/config.json"], "--out model/config.json",
-     "--reference model", INSIDE),
-    (["blame", "--reference", "other", "--model", "model", "--markdown", "model/README.md"], "--markdown model/README.md",
-     "--model model", INSIDE),
+     "--reference model", HELD),
+    (["blame", "--reference", "other", "--model", "model", "--out", "model/blame.json"], "--out model/blame.json",
+     "--model model", ADDED),
     (["blame", "--reference", "other", "--model", "model", "--baseline", "b.json.gz", "--html", "b.json.gz"],
      "--html b.json.gz", "--baseline b.json.gz", CLASH),
-    (["score", "--model", "model", "--out", "model/config.json"], "--out model/config.json", "--model model", INSIDE),
+    (["score", "--model", "model", "--out", "model/config.json"], "--out model/config.json", "--model model", HELD),
     (["score", "--model", "m", "--data", "data", "--save_scores", "data/facts/2k.jsonl"], "--save_scores data/facts/2k.jsonl",
-     "--data data", INSIDE),
-    (["compress-bench", "--model", "model", "--out", "model/config.json"], "--out model/config.json", "--model model", INSIDE),
-    (["compare", "b.json.gz", "r.json", "--data", "data", "--out", "data/facts/x.md"], "--out data/facts/x.md", "--data data",
-     INSIDE),
-], ids=["blame-out-original", "blame-markdown-candidate", "blame-html-baseline", "score-out-model", "score-save-data",
+     "--data data", HELD),
+    (["compress-bench", "--model", "model", "--out", "model/config.json"], "--out model/config.json", "--model model", HELD),
+    (["compare", "b.json.gz", "r.json", "--data", "data", "--out", "data/facts/3k.jsonl"], "--out data/facts/3k.jsonl",
+     "--data data", ADDED),
+], ids=["blame-out-original", "blame-out-new-json-in-candidate", "blame-html-baseline", "score-out-model", "score-save-data",
         "bench-out-model", "compare-out-data"])
 def test_every_command_checks_its_outputs_against_its_inputs(here, monkeypatch, capsys, args, refused, other, message):
     monkeypatch.chdir(here)
@@ -105,5 +107,13 @@ def test_every_command_checks_its_outputs_against_its_inputs(here, monkeypatch, 
     before = contents(here)
     assert main(args) == 2
     option = refused.split()[0]
-    assert capsys.readouterr().err.splitlines() == [f"longctx: error: {refused}: {message.format(other=other, option=option)}"]
+    kind = Path(refused.split()[-1]).suffix
+    assert capsys.readouterr().err.splitlines() == [
+        f"longctx: error: {refused}: {message.format(other=other, option=option, kind=kind)}"]
     assert contents(here) == before
+
+
+def test_a_new_file_of_a_kind_the_folder_does_not_hold_is_no_clash(pytester, here):
+    result = gate(pytester, "--longctx-baseline=missing.json.gz", "--longctx-html=data/report.html", "--longctx-model=model",
+                  "--junitxml=model/junit.xml", "-k", "nothing")  # no baseline, nothing selected: nothing is read
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.lines

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from pytest_longctx.backends.aliases import MODEL_BACKENDS, check_model
 from pytest_longctx.backends.base import Backend, tokenizer_of
 from pytest_longctx.backends.registry import BACKENDS, Deferred, RegistryError, resolve
-from pytest_longctx.errors import LongctxError, first_line, hidden
+from pytest_longctx.errors import LongctxError, entered, first_line, hidden
 from pytest_longctx.options.keys import split_settings
 
 
@@ -60,6 +60,7 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     press (``--kv-press``, backends/hf/presses.py), which the transformers backend takes as its
     ``kv-press`` option.
     """
+    model = entered(model)  # from an API caller too: every line shows it redacted, only a server connects with it as given
     settings = backend_options(options)
     if kv_press:
         if backend != "hf":

@@ -38,8 +38,9 @@ def split_settings(option: str, settings: Iterable[str], example: str) -> dict[s
     """``KEY=VALUE`` settings (repeatable) as {key: value}, the key and value stripped; each key
     once, neither blank. ``example`` shows the form in the message (``cache-type-k=q8_0``)."""
     found: dict[str, str] = {}
-    for setting in settings:
-        key, equals, value = actual(setting).partition("=")  # shown as entered, split as given
+    for given in settings:
+        setting = entered(given if isinstance(given, str) else str(given))  # from an API caller too: shown redacted
+        key, equals, value = actual(setting).partition("=")  # split as given
         key = key.strip()
         if not equals or not key:
             raise _refuse(option, repr(setting), f"expected KEY=VALUE, e.g. {example}")

@@ -186,9 +186,10 @@ OPTIONS: tuple[Option, ...] = (
            takes=(PYTEST, SCORE), ini=True, doc="tokenization: `ids` feeds the stored Qwen3.5 ids (models with that vocabulary); `text` "
                "tokenizes with the model's tokenizer and maps targets by character offset; `auto` picks `ids` "
                "when the tokenizer reproduces the stored ids ([metrics.md](metrics.md#tokenization-modes))"),
-    Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz", PATH, ini=True,
-           doc="the baseline file (scores of the original model), e.g. `baselines/my-model.json.gz` "
-        "([baselines.md](baselines.md))"),
+    Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz, or the name of "
+           "one shipped in the package (smollm2-135m)", PATH, ini=True,
+           doc="the baseline file (scores of the original model), e.g. `baselines/my-model.json.gz`, or the name of "
+               "one shipped in the package, `smollm2-135m` ([baselines.md](baselines.md#the-shipped-smollm2-baseline))"),
     Option("baseline", "the original's baseline scores (.json.gz, with drift blocks); default: score the original now",
            PATH, takes=(BLAME,), doc="the original's baseline (with drift blocks), made from the weights `--reference` loads (else "
                "refused); default: the original is scored now"),

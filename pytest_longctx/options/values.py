@@ -110,16 +110,17 @@ def names(example: str) -> Value:
 def _lengths(raw: Any) -> list[str]:
     """Lengths as the data names its splits (``2K`` and ``2048`` are ``2k``): the builder and the baseline
     know a length by that name."""
-    found = []
-    for part in comma_list(str(raw), "2k,8k"):
+    found, parts = [], comma_list(str(raw), "2k,8k")
+    for part in parts:
         try:
             found.append(length_name(part))
         except LongctxError:
-            raise ValueError(f"{part!r} is not a length: expected lengths like 2k, 8k or 32k") from None
+            which = f"{part!r} is not a length: " if len(parts) > 1 else ""
+            raise ValueError(f"{which}expected a length like 2k, 8k or 32k") from None
     return found
 
 
-LENGTHS = Value("a comma-separated list", _lengths, "A,B")
+LENGTHS = Value("a comma-separated list of lengths", _lengths, "A,B")
 ROWS = Value("a ';'-separated list", _semicolons, "ROWS")
 COUNT = whole(1)
 NUMBER = Value("a finite number >= 0", finite_nonnegative, "X")

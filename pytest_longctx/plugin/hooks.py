@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _pytest.junitxml import xml_key
 
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, entered
 from pytest_longctx.gate.gate_session import Case
 from pytest_longctx.gate.options import read_options
 from pytest_longctx.gate.outcome import Happened
@@ -177,7 +177,7 @@ def _rootdir_taken_from_an_option(config: pytest.Config) -> list[str]:
     found = []
     for option in taken_by(PYTEST):
         if option.value is not None and option.plugin_flag in given[:-1]:
-            value = given[given.index(option.plugin_flag) + 1]
+            value = entered(given[given.index(option.plugin_flag) + 1])  # as every line shows an option's value
             if (here / value).resolve().is_relative_to(rootpath):
                 found.append(f"pytest took its root folder ({rootpath}) from {option.plugin_flag}'s value, given as a "
                              f"separate word, so the gate's test ids read from there; give it as {option.plugin_flag}={value}")
