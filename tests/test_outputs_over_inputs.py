@@ -27,6 +27,8 @@ def here(pytester) -> Path:
     (pytester.path / "data" / "facts").mkdir(parents=True)
     (pytester.path / "data" / "facts" / "2k.jsonl").write_text("{}\n")
     (pytester.path / "b.json.gz").write_bytes(b"the baseline")
+    (pytester.path / "cache" / "scores").mkdir(parents=True)
+    (pytester.path / "cache" / "scores" / "answers.sqlite").write_bytes(b"the score cache")
     (pytester.path / "tok").mkdir()
     (pytester.path / "tok" / "tokenizer.json").write_text("{}")
     return pytester.path
@@ -62,8 +64,10 @@ def gate(pytester, *args: str, environment: dict[str, str] | None = None):
     (["--longctx-baseline=b.json.gz", "--longctx-backend=vllm-server", "--longctx-model=http://gpu-box:8000/v1",
       "--longctx-backend-option=tokenizer=tok", "--longctx-out=tok/tokenizer.json"], {},
      "--longctx-out tok/tokenizer.json", "--longctx-backend-option tokenizer tok", HELD),
+    (["--longctx-baseline=b.json.gz", "--longctx-cache-dir=cache", "--longctx-out=cache/scores/answers.sqlite"], {},
+     "--longctx-out cache/scores/answers.sqlite", "--longctx-cache-dir cache", HELD),
 ], ids=["junit-baseline", "junit-updated-baseline", "junit-results", "out-model-config", "out-new-json-in-model",
-        "html-over-data", "markdown-new-split", "step-summary-baseline", "out-tokenizer"])
+        "html-over-data", "markdown-new-split", "step-summary-baseline", "out-tokenizer", "out-over-the-score-cache"])
 def test_an_output_over_an_input_is_one_usage_error_before_anything_is_read(pytester, here, args, environment, refused,
                                                                             other, message):
     before = contents(here)

@@ -16,6 +16,7 @@ import pytest
 from kit.models import save_model, tiny_qwen3
 from kit.runs import Hooks, run_pytest
 
+from pytest_longctx.cli import main
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.plugin import fixtures
 
@@ -82,6 +83,25 @@ def test_ctrl_c_before_scoring_ends_is_stopped(pytester, tiny_data, tiny_baselin
     assert reports(pytester.path) == said("STOPPED", "na")
     assert ("> **not judged**: the run was interrupted (KeyboardInterrupt)"
             in (pytester.path / "summary.md").read_text().splitlines())
+
+
+def test_compare_of_a_stopped_runs_results_is_no_pass_either(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch,
+                                                            capsys):
+    monkeypatch.setattr(fixtures, "load_backend", lambda *args, **kwargs: tiny_loaded)
+
+    def ctrl_c(report):
+        if report.when == "call" and report.nodeid.startswith("longctx::test_item[facts-1k-f0]"):
+            raise KeyboardInterrupt
+
+    gate(pytester, tiny_data, tiny_baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
+    results = pytester.path / "results.json"
+    assert json.loads(results.read_text())["scores"]  # it holds what it scored before it stopped
+    capsys.readouterr()
+    main(["compare", str(tiny_baseline), str(results), "--format", "markdown"])
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == "## longctx: STOPPED"
+    assert (f"> **not judged**: the run that wrote {results} did not judge every check: the run was interrupted "
+            "(KeyboardInterrupt)") in [line.replace("\\", "") for line in shown]
 
 
 def test_deselecting_every_test_of_the_gate_selects_nothing(pytester, tiny_data, tiny_baseline, tiny_loaded, monkeypatch):

@@ -10,11 +10,11 @@ from pytest_longctx.options.table import THRESHOLD_FIELDS
 
 
 def loaded(args: argparse.Namespace) -> list[tuple[str, str | None]]:
-    """What a command reads the model from, as (flag, value): its model, data and tokenizer, each a name, an id, a
-    URL, or a file or folder here (``paths.local_files`` keeps those)."""
+    """What a command reads the model from, as (flag, value): its model, data, tokenizer and score cache, each a name,
+    an id, a URL, or a file or folder here (``paths.local_files`` keeps those)."""
     settings = split_settings("--backend-option", getattr(args, "backend_option", None) or [], "KEY=VALUE")
     return [("--model", getattr(args, "model", None)), ("--data", getattr(args, "data", None)),
-            ("--backend-option tokenizer", settings.get("tokenizer"))]
+            ("--backend-option tokenizer", settings.get("tokenizer")), ("--cache-dir", getattr(args, "cache_dir", None))]
 
 
 def thresholds_of(args: argparse.Namespace) -> Thresholds:

@@ -169,4 +169,7 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
     return Comparison(model_name(results.meta), header(results.meta, baseline.meta, f"baseline {baseline.path}"),
                       results.mode, evaluation, thresholds, items, targets, [*notes, *evaluation.notes],
                       [*compare_judged(baseline.meta, results.meta).warnings, *evaluation.warnings],
-                      reads=read_drift(results.scores, baseline, dataset))
+                      reads=read_drift(results.scores, baseline, dataset),
+                      # a run that did not judge every check wrote what it judged: no PASS from it either
+                      happened=Happened(stopped=f"the run that wrote {results.path} did not judge every check: "
+                                                f"{results.not_judged}" if results.not_judged else None))

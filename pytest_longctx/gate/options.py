@@ -63,15 +63,15 @@ class GateOptions:
     def files(self, here: Path) -> tuple[Files, Files]:
         """(what the run writes, what it reads), each as (option, path), for the one check of the two against each
         other (paths.check_outputs) before anything is read: the reports, and the baseline when it is updated; the
-        baseline otherwise, and the data, the model, its tokenizer and blame's original where they are files or
-        folders here (a hub id, an alias or a URL is none)."""
+        baseline otherwise, and the data, the model, its tokenizer, blame's original and the score cache where they are
+        files or folders here (a hub id, an alias or a URL is none)."""
         file = self.baseline_file(here)
         # as given where it is a path here (compared at the start, in the folder pytest runs in); else the shipped file
         baseline = [("--longctx-baseline", self.baseline if file == here / str(self.baseline) else file)] if file else []
         written: Files = [("--longctx-out", self.out), ("--longctx-markdown", self.markdown), ("--longctx-html", self.html)]
         settings = split_settings("--longctx-backend-option", self.backend_options, "KEY=VALUE")
         local = [("--longctx-data", self.data), ("--longctx-model", self.model), ("--longctx-blame-reference", self.blame_reference),
-                 ("--longctx-backend-option tokenizer", settings.get("tokenizer"))]
+                 ("--longctx-backend-option tokenizer", settings.get("tokenizer")), ("--longctx-cache-dir", self.cache_dir)]
         read: Files = local_files(local, here)
         return (baseline + written, read) if self.update_baseline else (written, read + baseline)
 
