@@ -13,27 +13,122 @@ class DataError(LongctxError):
     """A dataset file that does not match the schema."""
 
 
-# a URL's user and password, up to the last @ before the path's query or the text's next space: a
-# password with an unescaped / or @ in it is hidden whole, at worst with the host
-_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s?#]*@")
-# a URL's query and fragment: from its first ? or # up to a space or a character no URL holds unescaped
-_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s?#\"<>\\^`{|}]*)([?#][^\s\"<>\\^`{|}]*)")
-# one parameter of a query or fragment: its separator, its name with its =, its value
-_PARAMETER = re.compile(r"([?#&;])([^?#&;=]*=)?([^?#&;]*)")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# a URL in running text: from its scheme to the next space (a quote or a bracket may be part of a secret)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+# a value as given that is a URL although it names no scheme: HOST:PORT…, USER:PASSWORD@HOST…, or a query with a NAME=
+_SCHEMELESS = re.compile(r"(?:[\w.-]+=)?(?:[\w.-]+:\d+(?:[/?#]|$)|[^/\s@=:]+:[^\s@]*@|[^?#]*[?#][^=]*=)")
+_SETTING = re.compile(r"[\w.-]+=")  # a KEY=VALUE setting (--backend-option base-url=…): its value is the URL
 
 
-def _hidden_values(query: str) -> str:
-    """A query or fragment with every value written as ``***``: any parameter may be a key (api_key,
-    token, sig …), and a part without a name (``?sk-…``) is hidden whole."""
-    return _PARAMETER.sub(lambda m: m[1] + (m[2] or "") + ("***" if m[3] else ""), query)
+def _secret_spans(url: str) -> list[tuple[int, int]]:
+    """The spans of ``url`` that may hold a secret, whichever way a library reads it: its user and password (after
+    the ``KEY=`` of a setting) up to the last ``@`` of its authority (RFC 3986), of the part before its query (a
+    password with an unescaped ``/``) and of the whole (one with an unescaped ``?`` or ``#``); and the value of every
+    parameter of its query and fragment, whatever it holds but the ``&`` that ends it (a ``?``, ``;`` or ``=`` is
+    part of it, as URL parsers read it; a parameter without a name, ``?sk-…``, is a value)."""
+    setting = _SETTING.match(url)
+    offset = setting.end() if setting else 0
+    scheme = _SCHEME.match(url, offset)
+    start = scheme.end() if scheme else offset
+    authority_end = next((i for i in range(start, len(url)) if url[i] in "/?#"), len(url))
+    query = next((i for i in range(start, len(url)) if url[i] in "?#"), len(url))
+    spans = [(start, at) for at in (url.rfind("@", start, authority_end), url.rfind("@", start, query), url.rfind("@", start))
+             if at > start]
+    fragment = url.find("#", query)
+    for part_start, part_end in ((query + 1, fragment if fragment >= 0 else len(url)), (fragment + 1, len(url))):
+        if part_start <= 0 or part_start > len(url):
+            continue
+        position = part_start
+        for parameter in url[part_start:part_end].split("&"):
+            name, equals, _ = parameter.partition("=")
+            spans.append((position + (len(name) + 1 if equals else 0), position + len(parameter)))
+            position += len(parameter) + 1
+    return [(a, b) for a, b in spans if b > a]
+
+
+def _masked(url: str) -> str:
+    """``url`` with every character of its secret spans hidden, each run of them written ``***``."""
+    hidden = [False] * len(url)
+    for a, b in _secret_spans(url):
+        hidden[a:b] = [True] * (b - a)
+    shown, n = [], 0
+    while n < len(url):
+        if hidden[n]:
+            shown.append("***")
+            while n < len(url) and hidden[n]:
+                n += 1
+        else:
+            shown.append(url[n])
+            n += 1
+    return "".join(shown)
+
+
+# a piece of a secret shorter than this tells too little to hide without garbling the text around it
+_PIECE = 4
+_SEPARATORS = re.compile(r"[\s:/?#@&;=]+")
+
+
+def _pieces(url: str) -> set[str]:
+    """The secrets of ``url`` and their pieces between a URL's separators, less the names of its query's parameters
+    (``token`` of ``?token=…`` is no secret): what a library handed the URL as given may quote in its own words
+    ("Invalid port: '…'")."""
+    names = set(re.findall(r"[?#&]([^?#&=]+)=", url))
+    found = set()
+    for a, b in _secret_spans(url):
+        found.update(p for p in (url[a:b], *_SEPARATORS.split(url[a:b])) if len(p) >= _PIECE and p not in names)
+    return found
+
+
+class Redacted(str):
+    """A value given on a command line or in an ini file that is a URL carrying a secret (a user and
+    password, a query value): the text is what every line, property, report and file shows of it, the
+    secret written ``***``; ``actual`` is the value as given, for the one place that connects with it."""
+
+    actual: str
+
+    def __new__(cls, actual: str) -> Redacted:
+        made = super().__new__(cls, _masked(actual))
+        made.actual = actual
+        return made
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return Redacted, (self.actual,)
+
+
+def entered(value: str) -> str:
+    """An option's value at the point it enters: a URL-shaped value (a scheme ``…://``, ``HOST:PORT``,
+    ``USER:PASSWORD@HOST`` or a query with a ``NAME=``) that carries a secret becomes a ``Redacted``; any other is
+    returned as it is."""
+    if isinstance(value, Redacted):
+        return value
+    if not (_SCHEME.search(value) or _SCHEMELESS.match(value)) or _masked(value) == value:
+        return value
+    return Redacted(value)
+
+
+def actual(value: str) -> str:
+    """The value as given: what a ``Redacted`` stands for (the URL to connect to), else the value itself."""
+    return value.actual if isinstance(value, Redacted) else value
 
 
 def without_credentials(text: str) -> str:
-    """``text`` as a line or a file may show it: every URL's user and password
-    (``http://user:pass@host/v1``) written as ``***`` (``http://***@host/v1``), and every value of
-    its query and fragment too (``http://host/v1?api_key=***``)."""
-    text = _CREDENTIALS.sub(r"\1***@", text)
-    return _QUERY.sub(lambda m: m[1] + _hidden_values(m[2]), text)
+    """``text`` as a line or a file may show it, for text a library wrote: every URL in it (from its scheme
+    to the next space) with its user, password and every value of its query and fragment written as
+    ``***`` (``http://***@host/v1?api_key=***``), as ``entered`` shows a value."""
+    return _URL_IN_TEXT.sub(lambda m: _masked(m.group()), text)
+
+
+def hidden(text: str, *given: object) -> str:
+    """``text`` a library wrote while it had the values ``given`` as given (``actual``), as a line may show it:
+    ``without_credentials``, and every secret of a ``Redacted`` among them (or in a list or tuple among them), or a
+    piece of one, wherever it stands."""
+    text = without_credentials(text)
+    values = [v for value in given for v in (value if isinstance(value, (list, tuple)) else [value])]
+    for secret in sorted({p for value in values if isinstance(value, Redacted) for p in _pieces(value.actual)},
+                         key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def first_line(exc: BaseException) -> str:

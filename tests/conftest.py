@@ -9,7 +9,7 @@ import pytest
 from kit.items import build_rows, write_split
 from kit.models import degraded_model, save_model, trained_qwen3, training_sequences
 from kit.needs import import_problem
-from kit.runs import run_pytest
+from kit.runs import run_pytest, saved_scores
 
 pytest_plugins = ["pytester"]
 
@@ -20,8 +20,11 @@ def pytest_configure(config: pytest.Config) -> None:
     HTML report's plots), then came back as new Python modules beside C extensions that stay loaded,
     and the next report in this process failed ("Single argument to subplot must be a three-digit
     integer, not GridSpec(1, 1)[0:1, 0:1]": two SubplotSpec classes). Imported here, before any run, it
-    is never dropped; where it is missing (or blocked, as test_optional_modules does) nothing is imported."""
-    for module in ("matplotlib.figure", "matplotlib.backends.backend_svg"):
+    is never dropped; where it is missing (or blocked, as test_optional_modules does) nothing is imported. The
+    same holds for numpy's C extensions that scipy.stats loads (the gate's uncertainty), which cannot be loaded
+    twice in one process ("cannot load module more than once per process"): a test module that imports nothing
+    of the gate before its first in-process run would otherwise leave numpy.fft dropped for the tests after it."""
+    for module in ("matplotlib.figure", "matplotlib.backends.backend_svg", "scipy.stats"):
         import_problem(module)
     if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
         # each of pytest-xdist's workers (and the gates it runs in subprocesses) computes on one thread: torch
@@ -145,3 +148,28 @@ def planted_gguf(gguf_vocab, tmp_path_factory) -> tuple[Path, Path]:
     from kit.gguf import planted_pair
 
     return planted_pair(tmp_path_factory.mktemp("gguf"), gguf_vocab)
+
+
+@pytest.fixture(scope="module")
+def tiny_loaded(qwen_tokenizer):
+    """A tiny random qwen3 model as a loaded backend, to hand to runs in this process (what such a test checks is what
+    a run says or writes, not how a model loads): ``(backend, tokenizer)``, as ``load_backend`` returns."""
+    from kit.models import tiny_qwen3
+
+    from pytest_longctx.backends.hf import TransformersBackend
+
+    return TransformersBackend(tiny_qwen3(len(qwen_tokenizer)), qwen_tokenizer), qwen_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_data(qwen_tokenizer, tmp_path_factory) -> Path:
+    """facts at 1k: 2 items."""
+    folder = tmp_path_factory.mktemp("tiny-data")
+    write_split(folder, "facts", "1k", build_rows(qwen_tokenizer, ("1k",))[("facts", "1k")])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_baseline(tiny_loaded, tiny_data, tmp_path_factory) -> Path:
+    """The tiny model's own baseline over ``tiny_data`` (``longctx score --save_scores``): gated against it, it passes."""
+    return saved_scores(tiny_loaded, tiny_data, tmp_path_factory.mktemp("tiny-baseline") / "b.json.gz")

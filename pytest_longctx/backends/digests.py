@@ -35,6 +35,12 @@ def settings_digest(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def key_digests(settings: dict[str, Any]) -> dict[str, str]:
+    """A short digest of each setting's value, by key (a backend's ``config_keys`` in ``describe()``): what two
+    configs differ in, where their ``config`` digests differ."""
+    return {key: settings_digest({key: value})[:8] for key, value in settings.items()}
+
+
 def beside_weights(where: str, name: str) -> Path | None:
     """The file ``name`` beside the weights of the model loaded from ``where``: in its folder, or for a hub
     id in the local Hugging Face cache (nothing is downloaded for it); None where there is none."""

@@ -9,31 +9,20 @@ from typing import Any
 
 from pytest_longctx.backends.hybrids import load_models
 from pytest_longctx.backends.hybrids.pair import Pair
-from pytest_longctx.cli.args import thresholds_of
+from pytest_longctx.cli.args import loaded, thresholds_of
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import BlameReport, blame_pair
 from pytest_longctx.gate.keys import dataset_keys
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BLAME
-from pytest_longctx.paths import check_outputs, check_writable, write_text_atomically
+from pytest_longctx.paths import check_outputs, check_writable, local_files, write_text_atomically
 from pytest_longctx.reports.blame import blame_html, blame_markdown, blame_text
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.scoring.scores_file import load_scores
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("blame", help="which parts of a compressed model make the gate fail, and what to keep",
-                       description="Build hybrids of an original and its compressed candidate (transformers "
-                                   "checkpoints of one architecture, or two GGUF files of one model) and measure, on the "
-                                   "failing rows' items, how much of the far drift each part accounts for; then the "
-                                   "parts to keep so that it passes.")
-    add_command_arguments(p, BLAME)  # the loading arguments: the candidate's and the original's answers come from the score cache
-    p.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
-    check_outputs([("--out", args.out), ("--markdown", args.markdown), ("--html", args.html)], inputs=[("--baseline", args.baseline)])
+    check_outputs([("--out", args.out), ("--markdown", args.markdown), ("--html", args.html)],
+                  [("--baseline", args.baseline), *local_files([("--reference", args.reference), *loaded(args)])])
     thresholds = thresholds_of(args)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     thresholds.check_patterns(dataset_keys(dataset))  # a pattern naming nothing is refused before any model is loaded

@@ -10,12 +10,10 @@ from pytest_longctx.data.lengths import check_buildable
 from pytest_longctx.data.records import ALL_CONFIGS, CONFIGS
 from pytest_longctx.data.validate import validate_dir
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BUILD, VALIDATE
 from pytest_longctx.paths import check_writable
 
 
-def _build(args: argparse.Namespace) -> int:
+def run_build(args: argparse.Namespace) -> int:
     lengths = args.lengths
     for length in lengths:
         check_buildable(length)
@@ -31,7 +29,7 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace) -> int:
+def run_validate(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not root.is_dir():
         raise LongctxError(f"{args.dir}: no such folder; give a benchmark folder (<dir>/<config>/<split>-*.parquet)")
@@ -42,11 +40,3 @@ def _validate(args: argparse.Namespace) -> int:
     print(f"longctx: {problems} problem{'s' if problems != 1 else ''} in {root}", file=sys.stderr)
     return 1 if problems else 0
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    builder = subparsers.add_parser("build", help="build the benchmark (all six configs) from the shipped real texts")
-    add_command_arguments(builder, BUILD)
-    builder.set_defaults(run=_build)
-    validate = subparsers.add_parser("validate", help="check a benchmark folder against the schema and for internal consistency")
-    add_command_arguments(validate, VALIDATE)
-    validate.set_defaults(run=_validate)

@@ -12,21 +12,11 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, compare_files
 from pytest_longctx.gate.keys import check_keys
 from pytest_longctx.gate.results_file import read_results
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import COMPARE
-from pytest_longctx.paths import check_outputs, write_text_atomically
+from pytest_longctx.paths import check_outputs, local_files, write_text_atomically
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.markdown import markdown_report
 from pytest_longctx.reports.tables import text_report
 from pytest_longctx.scoring.scores_file import load_scores
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="compare results with a baseline: rows, cells, verdicts, what was lost",
-                       description="Compare a model's results with its baseline, as the gate judges them, and show "
-                                   "the items and targets that lost the most, with the text around each target.")
-    add_command_arguments(p, COMPARE)
-    p.set_defaults(run=run)
 
 
 def render(comparison: Comparison, fmt: str, top: int) -> str:
@@ -42,7 +32,7 @@ def render(comparison: Comparison, fmt: str, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = thresholds_of(args)
-    check_outputs([("--out", args.out)], inputs=[("BASELINE", args.baseline), ("RESULTS", args.results)])
+    check_outputs([("--out", args.out)], [("BASELINE", args.baseline), ("RESULTS", args.results), *local_files([("--data", args.data)])])
     baseline = load_scores(args.baseline, "baseline")
     comparison = compare_files(baseline, read_results(args.results), args.data, thresholds)
     evaluated = {config: {length: metrics["per_item"] for length, metrics in by_length.items()}

@@ -8,23 +8,12 @@ from pathlib import Path
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import close
+from pytest_longctx.cli.args import loaded
 from pytest_longctx.compress.bench import Bench
 from pytest_longctx.compress.sweep import full_context_line, matched_table, pareto_table
-from pytest_longctx.errors import LongctxError, without_credentials
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BENCH
-from pytest_longctx.paths import check_writable
+from pytest_longctx.errors import LongctxError
+from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import write_json
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compress-bench", help="compare context compressors at matched savings (knob sweeps, Pareto table)",
-                       description="Run context compressors over the faithfulness sessions, each over a sweep of one "
-                                   "knob; print retention (Layer A), realized savings and, with --model, the change in "
-                                   "the answer's teacher-forced recall and log-probability (Layer B) per point, the "
-                                   "Pareto front, and each method's retention at matched savings.")
-    add_command_arguments(p, BENCH)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,10 +21,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"compress-bench: {message}", file=sys.stderr, flush=True)
 
-    if args.out:
-        check_writable(args.out, "--out")
-    shown = without_credentials(args.model) if args.model else None  # the reader as the output names it
-    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, shown, Path.cwd())
+    check_outputs([("--out", args.out)], local_files(loaded(args)))
+    bench = Bench.prepare(args.methods, args.sweep, args.data, args.limit, args.suites, args.model, Path.cwd())
     backend = None
     if args.kv_press:
         raise LongctxError(f"--kv-press {args.kv_press}: compress-bench does not run KV-cache presses yet; gate a press with "
@@ -49,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         if backend is not None:
             close(backend)
     print(f"{result.sessions} sessions from {result.source}; savings in tokens of {result.tokenizer}; "
-          f"Layer B: {f'read by {shown}' if result.layer_b else 'none (give --model)'}")
+          f"Layer B: {f'read by {args.model}' if result.layer_b else 'none (give --model)'}")
     print("savings: of the rendered chat, summed over the sessions [95 % bootstrap interval over sessions]; content: of "
           "the messages' contents alone; per-session: the mean of each session's own; n: sessions per cell")
     if result.layer_b and result.points:

@@ -11,21 +11,10 @@ from pytest_longctx.backends.llama_cpp.quantize import quantize
 from pytest_longctx.backends.llama_cpp.recipe import QuantizeCommand, parse_command
 from pytest_longctx.backends.llama_cpp.settings import default_threads
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import GGUF_FIX_SET
 from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.scores_file import read_json_file
 
 MAKE_IT = "give the --out file of a longctx blame --backend llama.cpp whose candidate failed"
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gguf-fix-set", help="write a llama.cpp blame's fix set as a GGUF file, with llama.cpp's quantizer",
-                       description="Run the llama-quantize command of a llama.cpp blame's fix set (its --out file's "
-                                   "fix_set.recipe) through llama-cpp-python's quantizer: the candidate's file type with "
-                                   "the fix set's parts at the original's types.")
-    add_command_arguments(p, GGUF_FIX_SET)
-    p.set_defaults(run=run)
 
 
 def fix_set_command(blame_json: str) -> QuantizeCommand:

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 
 from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend, close, tokenizer_missing
+from pytest_longctx.cli.args import loaded
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError
@@ -19,9 +20,8 @@ from pytest_longctx.gate.specs import ITEM
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.metrics.item_figures import ItemFigures
 from pytest_longctx.metrics.rows import headline
-from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import SCORE, Sequential
-from pytest_longctx.paths import check_outputs
+from pytest_longctx.options.table import Sequential
+from pytest_longctx.paths import check_outputs, local_files
 from pytest_longctx.reports.format import table, write_json
 from pytest_longctx.reports.text import SETTLED_HEADERS, rows_table, settled_rows
 from pytest_longctx.scoring.cache import ScoreCache
@@ -51,15 +51,9 @@ from pytest_longctx.scoring.scores_file import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score", help="score a model teacher-forced on the benchmark",
-                       description="Score a causal LM teacher-forced; print the headline rows and write the results JSON.")
-    add_command_arguments(p, SCORE)
-    p.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace) -> int:
-    check_outputs([("--out", args.out), ("--save_scores", args.save_scores)], inputs=[("--reference_scores", args.reference_scores)])
+    check_outputs([("--out", args.out), ("--save_scores", args.save_scores)],
+                  [("--reference_scores", args.reference_scores), *local_files(loaded(args))])
     _check_sequential(args)
     dataset = load_dataset(args.data, sets=args.sets, lengths=args.lengths, limit=args.limit)
     selected = {(config, length, item.id) for config, length, item in dataset.items()}
@@ -80,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if results.meta.get("mode_fallback"):
         print(f"longctx: warning: {results.meta['mode_fallback']}", file=sys.stderr)
     for warning in results.warnings:
-        print(f"longctx: warning: the reference differs in {warning}", file=sys.stderr)
+        print(f"longctx: warning: {warning}", file=sys.stderr)
     print(rows_table(results.rows))
     print(f"mode: {results.mode}; reference: {results.reference or 'none (the model is its own)'}")
     if readings:
@@ -147,7 +141,7 @@ def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: ob
     scores.meta = {**scores.meta, "data": data_fingerprint(scored), **({"mode_fallback": fallback[0]} if fallback else {})}
     sets = compute_sets(dataset.select({(c, n, i) for c, n, i, _ in scored}), scores, reference, args.min_effect)
     rows, sources = headline(sets)
-    warnings = compare_judged(reference.meta, scores.meta).warnings + notes
+    warnings = compare_judged(reference.meta, scores.meta, "reference").warnings + notes
     return Results(rows, sources, sets, mode, scores.meta, scores, reference.path, warnings, args.min_effect,
                    forwarded[0], sum(r.whole for r in readings.values())), readings
 

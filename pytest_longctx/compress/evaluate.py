@@ -15,7 +15,7 @@ from pytest_longctx.compress.selfinfo import SelfInformation
 from pytest_longctx.compress.structure import structural_changes
 from pytest_longctx.data.qwen import qwen35_tokenizer
 from pytest_longctx.data.records import FAITHFULNESS, FaithfulnessItem, Message, session_text
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.metrics.faithfulness import RETAINED_FACTS, Outcome
 from pytest_longctx.scoring import engine
 from pytest_longctx.scoring.chat import count_tokens
@@ -47,11 +47,10 @@ class Reader:
         if backend is None:
             return cls(qwen35_tokenizer(), REFERENCE_TOKENIZER)
         tokenizer = tokenizer_of(backend)
-        shown = without_credentials(str(model))
         if tokenizer is None:
-            raise LongctxError(f"model {shown}: its backend has no tokenizer; compressed sessions are rendered "
+            raise LongctxError(f"model {model}: its backend has no tokenizer; compressed sessions are rendered "
                                "and counted with the model's tokenizer")
-        return cls(tokenizer, f"the tokenizer of {shown}", backend, scorer=SelfInformation(backend, tokenizer))
+        return cls(tokenizer, f"the tokenizer of {model}", backend, scorer=SelfInformation(backend, tokenizer))
 
     def services(self, compressor: Compressor) -> dict[str, Any]:
         if "scorer" in compressor.needs and self.scorer is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_longctx.compress.run import CompressionEvaluation, CompressorRun
-from pytest_longctx.errors import without_credentials
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.metrics.faithfulness import compression_summary
 from pytest_longctx.numbers import delta, number
 from pytest_longctx.reports.finish import Finished
@@ -35,7 +35,7 @@ def structure_line(summary: dict[str, Any]) -> str:
 
 
 def header(run: CompressorRun) -> str:
-    reader = f"Layer B read by {without_credentials(run.options.model)}" if run.options.model else "Layer A only (no model)"
+    reader = f"Layer B read by {run.options.model}" if run.options.model else "Layer A only (no model)"
     tokenizer = run.meta.get("tokenizer", "n/a")
     return (f"longctx compressor gate: {run.compressor.label} on {run.dataset.source}; {len(run.outcomes)} items "
             f"compressed; savings in tokens of {tokenizer}; {reader}")
@@ -60,13 +60,13 @@ def summary_lines(run: CompressorRun, finished: Finished) -> list[str]:
 def suite_properties(run: CompressorRun, evaluation: CompressionEvaluation) -> list[tuple[str, str]]:
     properties = [("longctx.compressor", visible(run.compressor.label)),
                   ("longctx.tokenizer", visible(str(run.meta.get("tokenizer", "")))),
-                  ("longctx.model", visible(without_credentials(str(run.options.model or ""))))]
+                  ("longctx.model", visible(str(run.options.model or "")))]
     for row in evaluation.rows:
         verdict = evaluation.verdict(row.key)
-        properties += [(f"longctx.row.{row.label}", number(row.compressed, 6)),
-                       (f"longctx.full_row.{row.label}", number(row.full, 6)),
-                       (f"longctx.threshold_row.{row.label}", number(verdict.threshold, 6) if verdict else "reported"),
-                       (f"longctx.verdict.{row.label}", verdict.word if verdict else "reported")]
+        properties += [(f"longctx.row.{row.key}", number(row.compressed, 6)),  # named by key: no space in a name
+                       (f"longctx.full_row.{row.key}", number(row.full, 6)),
+                       (f"longctx.threshold_row.{row.key}", number(verdict.threshold, 6) if verdict else "reported"),
+                       (f"longctx.verdict.{row.key}", verdict.word if verdict else "reported")]
     return properties
 
 
@@ -81,9 +81,9 @@ def results_json(run: CompressorRun, evaluation: CompressionEvaluation) -> dict[
     }
 
 
-def finish(run: CompressorRun, junit: Any, stopped: str | None = None) -> Finished:
-    """At the end of the session (controller): the results JSON and the junit properties
-    (``stopped``, why the run ended early, changes nothing: this gate writes no baseline)."""
+def finish(run: CompressorRun, junit: Any, happened: Happened | None = None) -> Finished:
+    """At the end of the session (controller): the results JSON and the junit properties (``happened``, what the
+    plugin saw of the run, changes nothing: this gate writes no baseline and no report that says PASS)."""
     evaluation = run.evaluate()
     notes = []
     if run.options.out:

@@ -37,7 +37,6 @@ from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.verdict import Verdict
 from pytest_longctx.metrics.faithfulness import RETAINED_FACTS, Outcome, compression_metrics, labels
 from pytest_longctx.numbers import meets
-from pytest_longctx.paths import check_writable
 from pytest_longctx.scoring.cache import ScoreCache
 from pytest_longctx.scoring.chat import chat_markup
 
@@ -76,8 +75,6 @@ class CompressorRun:
     def __init__(self, options: GateOptions, invocation_dir: Path):
         if options.compressor is None:
             raise LongctxError("the compressor gate needs --longctx-compressor module:function")
-        if options.out:  # checked before any work, not after it
-            check_writable(options.out, "--longctx-out")
         self.options = options
         self.thresholds = options.thresholds
         self.dataset = load_sessions(options.data, options.limit)

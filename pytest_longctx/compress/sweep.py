@@ -45,7 +45,7 @@ def parse_sweep(text: str) -> tuple[str, str, list[Any]]:
     if not method or not sep or not knob.isidentifier() or not values.strip():
         raise LongctxError(f"--sweep {text!r}: expected METHOD:KNOB=V1,V2,... e.g. last_tokens:tokens=256,512")
     try:
-        return method, knob, [parse_value(v) for v in comma_list(values)]
+        return method, knob, [parse_value(v) for v in comma_list(values, "256,512")]
     except ValueError as exc:
         raise LongctxError(f"--sweep {text!r}: {exc}") from None
 

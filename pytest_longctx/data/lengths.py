@@ -15,6 +15,13 @@ def length_tokens(length: str) -> int:
     return int(match.group(1)) * (1024 if match.group(2) else 1)
 
 
+def length_name(text: str) -> str:
+    """A length as the data names its split: ``2k`` for ``2k``, ``2K`` or ``2048``; one that is no whole number
+    of k tokens in tokens (``3000``). Not a length: one line."""
+    tokens = length_tokens(text.strip())
+    return f"{tokens // 1024}k" if tokens and tokens % 1024 == 0 else str(tokens)
+
+
 # the builder's shortest length: a rule and its targets lie 512+ tokens apart
 MIN_BUILD_TOKENS = 2048
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from importlib.metadata import version
 
 from pytest_longctx.errors import LongctxError
@@ -30,7 +31,8 @@ def qwen35_tokenizer():
     cached = cache_dir("tokenizers") / f"qwen3_5-{version}.json"
     if cached.exists():
         backend = Tokenizer.from_file(str(cached))
-    else:
+    else:  # tens of MB, built once: said, as the builtin data's builds are
+        print(f"longctx: building the Qwen3.5 tokenizer into {cached} (once; later runs reuse it)", file=sys.stderr, flush=True)
         specials = [token for _, token in QWEN3_5_SPECIAL_TOKENS]
         backend = TikTokenConverter(vocab_file=vocab, pattern=QWEN3_5_PAT_STR, extra_special_tokens=specials).converted()
         backend.normalizer = normalizers.NFC()

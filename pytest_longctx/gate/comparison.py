@@ -8,11 +8,12 @@ from typing import Any
 
 from pytest_longctx.data.load import Dataset
 from pytest_longctx.data.records import Kind, config_kind
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.distance import KINDS
 from pytest_longctx.gate.evaluation import Evaluation, evaluate
 from pytest_longctx.gate.losses import ItemLoss, TargetLoss, losses
 from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.gate.results_file import ResultsFile, find_data
 from pytest_longctx.gate.sequential.reading import Totals, totals
 from pytest_longctx.gate.thresholds import Thresholds
@@ -41,6 +42,7 @@ class Comparison:
     errors: list[str] = field(default_factory=list)  # what kept the gate from judging (no baseline, scoring failed)
     reads: dict[str, list[ReadDrift]] = field(default_factory=dict)  # facts / tool_calls -> every read's drift
     sequential: Totals | None = None  # what sequential reading read of the selection (gate/sequential/ totals)
+    happened: Happened = field(default_factory=Happened)  # what the front end saw of the run (gate/outcome.py)
 
     @property
     def failing(self) -> list[Verdict]:
@@ -56,7 +58,13 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        return verdict_word(self.passed)
+        """PASS only where every selected check was judged and passed; else FAIL, or what happened instead."""
+        return self.happened.word(not self.passed)
+
+    @property
+    def not_judged(self) -> str | None:
+        """Why some selected check was not judged (the model did not load, the run stopped, nothing was selected)."""
+        return self.happened.incomplete()
 
     def to_json(self, count: int = 0) -> dict[str, Any]:
         """Everything compared; ``count`` > 0 keeps the worst ``count`` items and targets."""
@@ -64,6 +72,7 @@ class Comparison:
         shown = (lambda xs: xs[:count]) if count > 0 else (lambda xs: xs)
         return {
             "model": self.model, "header": self.header, "mode": self.mode, "passed": self.passed,
+            "outcome": self.verdict, "not_judged": self.not_judged,
             "notes": self.notes, "errors": self.errors, "thresholds": self.thresholds.describe(),
             "rows": evaluation.rows, "baseline_rows": evaluation.baseline_rows,
             "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},
@@ -95,18 +104,19 @@ def model_name(meta: dict[str, Any]) -> str:
     return str(meta.get("model") or meta.get("backend") or "unnamed model")
 
 
-def from_gate_run(run: GateRun, evaluation: Evaluation) -> Comparison:
-    """The comparison of a finished model gate run."""
+def from_gate_run(run: GateRun, evaluation: Evaluation, happened: Happened | None = None) -> Comparison:
+    """The comparison of a finished model gate run; ``happened``: what the front end saw of it."""
     baseline = run.baseline if run.baseline is not None else run.scores
     items, targets = losses(run.scores, baseline, evaluation.sets, evaluation.baseline_sets, run.thresholds,
                             run.dataset)
-    against = (f"baseline {run.baseline_path}" if run.baseline is not None else
+    against = (f"baseline {run.options.baseline}" if run.baseline is not None else
                "itself (updating the baseline)" if run.options.update_baseline else "no baseline")
     errors = [e for e in (run.missing_baseline, run.failure) if e]
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(run.options.model))
-    return Comparison(without_credentials(str(run.options.model)), said, run.scores.mode or "n/a", evaluation, run.thresholds,
+    return Comparison(str(run.options.model), said, run.scores.mode or "n/a", evaluation, run.thresholds,
                       items, targets, notes=evaluation.notes, warnings=[*run.warnings, *evaluation.warnings], errors=errors,
-                      reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()))
+                      reads=read_drift(run.scores, baseline, run.dataset), sequential=totals(run.readings.values()),
+                      happened=happened or Happened())
 
 
 def _stored_sets(results: ResultsFile, baseline: ScoresFile) -> tuple[Sets, Sets]:
@@ -167,4 +177,7 @@ def compare_files(baseline: ScoresFile, results: ResultsFile, data: str | None, 
     return Comparison(model_name(results.meta), header(results.meta, baseline.meta, f"baseline {baseline.path}"),
                       results.mode, evaluation, thresholds, items, targets, [*notes, *evaluation.notes],
                       [*compare_judged(baseline.meta, results.meta).warnings, *evaluation.warnings],
-                      reads=read_drift(results.scores, baseline, dataset))
+                      reads=read_drift(results.scores, baseline, dataset),
+                      # a run that did not judge every check wrote what it judged: no PASS from it either
+                      happened=Happened(stopped=f"the run that wrote {results.path} did not judge every check: "
+                                                f"{results.not_judged}" if results.not_judged else None))

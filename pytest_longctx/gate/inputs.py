@@ -1,16 +1,15 @@
 """What a model gate run judges against, loaded and checked before any model is (``GateInputs``): the selected
 data, the baseline (or why there is none), each item's fingerprint, the configs left out, and every file the run
-will write checked against the ones it reads."""
+was checked against the ones it reads by the front end (``GateOptions.files``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from pytest_longctx.backends.aliases import is_model_name
-from pytest_longctx.data.load import load_dataset
+from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.run_options import GateOptions
-from pytest_longctx.paths import check_outputs
 from pytest_longctx.scoring.fingerprint import item_fingerprint
 from pytest_longctx.scoring.scores_file import ScoresFile, UnknownLoss, check_coverage, dropped_items, load_scores
 
@@ -20,9 +19,8 @@ class GateInputs:
 
     def __init__(self, options: GateOptions, invocation_dir: Path):
         self.options = options
-        self._check_outputs(invocation_dir)
-        self.dataset = load_dataset(options.data, options.sets, options.lengths, options.limit)
-        self.baseline_path = (invocation_dir / options.baseline) if options.baseline else None
+        # the baseline comes first: one that is missing or cannot be read is said before any data is built
+        self.baseline_path = options.baseline_file(invocation_dir)
         if options.update_baseline and self.baseline_path is None:
             raise LongctxError("--longctx-update-baseline: also give the file to write, --longctx-baseline PATH "
                                "(e.g. baselines/my-model.json.gz)")
@@ -38,6 +36,9 @@ class GateInputs:
                 self.missing_baseline = self._missing_baseline_message()
             else:
                 self.baseline = load_scores(self.baseline_path, "baseline")
+        # without a baseline the one test says how to make it: no data is built for it
+        self.dataset = (load_dataset(options.data, options.sets, options.lengths, options.limit) if not self.missing_baseline
+                        else Dataset(str(options.data)))
         self.warnings = self._leave_out_configs_without_baseline()
         if self.baseline is not None and not self.baseline.has_drift:
             self.warnings.append(f"baseline {self.baseline_path} keeps no most likely tokens (made before drift rows, or by a "
@@ -46,18 +47,6 @@ class GateInputs:
         self.fingerprints: dict[ItemKey, str] = {(c, n, item.id): item_fingerprint(item) for c, n, item in self.dataset.items()}
         if self.baseline is not None:  # before any model is loaded: a baseline of a narrower selection, or stale
             check_coverage(self.baseline, self.fingerprints, "baseline")
-
-    def _check_outputs(self, invocation_dir: Path) -> None:
-        """Every file the run will write, checked before any work: a path that cannot be written, or that is the
-        baseline's or another output's, is one line now, not a traceback once the scoring is done (or a baseline
-        overwritten by a report)."""
-        options = self.options
-        baseline = [("--longctx-baseline", invocation_dir / options.baseline)] if options.baseline else []
-        reports = [("--longctx-out", options.out), ("--longctx-markdown", options.markdown), ("--longctx-html", options.html)]
-        if options.update_baseline:
-            check_outputs(baseline + reports)
-        else:
-            check_outputs(reports, inputs=baseline)
 
     def _leave_out_configs_without_baseline(self) -> list[str]:
         """Without --longctx-sets, a config the baseline has no scores for at all (a baseline made before the

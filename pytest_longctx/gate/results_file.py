@@ -35,6 +35,7 @@ class ResultsFile:
     sets: dict[str, Any] | None
     reference: str | None  # what its stored rules metrics were measured against
     sequential: dict[str, Any] | None = None  # what a sequential reading read of its selection (its totals), if it did
+    not_judged: str | None = None  # why the gate run that wrote it did not judge every selected check (gate/outcome.py)
 
 
 def read_results(path: str) -> ResultsFile:
@@ -52,10 +53,15 @@ def read_results(path: str) -> ResultsFile:
     scores = scores_from_json(body, path) if "scores" in body else None
     if scores is not None:
         check_drift_blocks(scores, "results", again)
+    if not body["sets"] and not (scores is not None and any(True for _ in scores.items())):
+        why = body.get("not_judged") or "nothing was scored"
+        raise LongctxError(f"results {path}: holds no scores and no metrics: the run that wrote it judged nothing ({why}); "
+                           "there is nothing to compare: give the results of a run that scored the model")
     sequential = body.get("sequential")
     totals = sequential.get("totals") if isinstance(sequential, dict) else None
+    not_judged = body.get("not_judged")
     return ResultsFile(path, body["mode"], dict(body["meta"]), scores, body["sets"], body.get("reference"),
-                       totals if isinstance(totals, dict) else None)
+                       totals if isinstance(totals, dict) else None, not_judged if isinstance(not_judged, str) else None)
 
 
 def find_data(explicit: str | None, needed: dict[ItemKey, str], results: ResultsFile,

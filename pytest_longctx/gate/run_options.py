@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
-from pytest_longctx.options.fronts import read_plugin_options
+from pytest_longctx.options.fronts import Given, read_plugin_options
+from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
+from pytest_longctx.paths import local_files
+from pytest_longctx.shipped_baselines import baseline_file
+
+Files = list[tuple[str, "str | Path | None"]]  # (option, path) of what a run writes or reads; None: not asked for
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,28 @@ class GateOptions:
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
 
+    blame_reference: str | None = None  # --longctx-blame-reference: the original a failing gate's blame loads
+
+    def baseline_file(self, here: Path) -> Path | None:
+        """The baseline file (a path relative to ``here``, the folder pytest runs in, or a shipped baseline's
+        name); None without one."""
+        return baseline_file(self.baseline, here, "--longctx-baseline", self.update_baseline) if self.baseline else None
+
+    def files(self, here: Path) -> tuple[Files, Files]:
+        """(what the run writes, what it reads), each as (option, path), for the one check of the two against each
+        other (paths.check_outputs) before anything is read: the reports, and the baseline when it is updated; the
+        baseline otherwise, and the data, the model, its tokenizer, blame's original and the score cache where they are
+        files or folders here (a hub id, an alias or a URL is none)."""
+        file = self.baseline_file(here)
+        # as given where it is a path here (compared at the start, in the folder pytest runs in); else the shipped file
+        baseline = [("--longctx-baseline", self.baseline if file == here / str(self.baseline) else file)] if file else []
+        written: Files = [("--longctx-out", self.out), ("--longctx-markdown", self.markdown), ("--longctx-html", self.html)]
+        settings = split_settings("--longctx-backend-option", self.backend_options, "KEY=VALUE")
+        local = [("--longctx-data", self.data), ("--longctx-model", self.model), ("--longctx-blame-reference", self.blame_reference),
+                 ("--longctx-backend-option tokenizer", settings.get("tokenizer")), ("--longctx-cache-dir", self.cache_dir)]
+        read: Files = local_files(local, here)
+        return (baseline + written, read) if self.update_baseline else (written, read + baseline)
+
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
         args = []
@@ -71,7 +99,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
                            "give it with --longctx-update-baseline, or leave it out")
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
-    sequential = _sequential(values["sequential"], values["update-baseline"], bool(values["compressor"]))
+    sequential = _sequential(values, values["update-baseline"], bool(values["compressor"]))
     threshold = plugin_option("threshold")
     overrides = (*parse_overrides(getini(threshold.plugin_dest) or [], f"ini option {threshold.plugin_dest} in {inipath}",
                                   strict=False),
@@ -87,21 +115,22 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
-        sequential=sequential,
+        sequential=sequential, blame_reference=values["blame-reference"],
     )
 
 
-def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> Sequential:
-    """--longctx-sequential: exact unless given; a baseline update reads every item, so it takes off only, and
-    the compressor gate compresses every session."""
+def _sequential(values: Given, update_baseline: bool, compressor: bool) -> Sequential:
+    """--longctx-sequential (or its ini option): exact unless given; a baseline update reads every item, so it takes
+    off only, and the compressor gate compresses every session. A mode refused is named as it was given."""
+    given = values["sequential"]
+    if given in (None, Sequential.OFF):
+        return Sequential.OFF if compressor or update_baseline else Sequential(given or Sequential.EXACT)
+    where = ("; the ini file sets it for every run: give --longctx-sequential off on this command line"
+             if "sequential" in values.ini else "; leave it out, or give off")
     if compressor:
-        if given not in (None, Sequential.OFF):
-            raise LongctxError(f"--longctx-sequential {given}: the model gate's; the compressor gate "
-                               "(--longctx-compressor) compresses every session, leave it out")
-        return Sequential.OFF
+        raise LongctxError(f"{values.said('sequential')}: how much the model gate reads; the compressor gate "
+                           f"(--longctx-compressor) compresses every session{where}")
     if update_baseline:
-        if given not in (None, Sequential.OFF):
-            raise LongctxError(f"--longctx-sequential {given}: a baseline update (--longctx-update-baseline) reads every "
-                               "item, so a baseline holds them all; leave it out, or give off")
-        return Sequential.OFF
-    return Sequential(given) if given else Sequential.EXACT
+        raise LongctxError(f"{values.said('sequential')}: a baseline update (--longctx-update-baseline) reads every item, "
+                           f"so a baseline holds them all{where}")
+    return Sequential(given)

@@ -106,7 +106,7 @@ class Thresholds:
         values["min_effect"] = f"{self.min_effect:g}"
         if self.alpha is not None:
             values["alpha"] = f"{self.alpha:g}"
-        values.update({f"override {n}": str(o) for n, o in enumerate(self.overrides)})
+        values.update({f"override_{n}": str(o) for n, o in enumerate(self.overrides)})
         return values
 
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_longctx.gate.damage import Drift
+from pytest_longctx.gate.outcome import FAIL, PASS
 from pytest_longctx.gate.specs import FOLLOW, RETAINED
 from pytest_longctx.gate.uncertainty import needed_items
 from pytest_longctx.numbers import NA, meets, number
 
-PASS, FAIL = "PASS", "FAIL"
 NOT_NEEDED = "not needed"  # the word of a check sequential reading left open: its test fails on another check
 
 # how sequential reading (gate/sequential/) settled a check

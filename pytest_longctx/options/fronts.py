@@ -40,11 +40,27 @@ def add_plugin_options(parser: Any) -> None:
             parser.addini(option.plugin_dest, option.help, type="linelist" if option.repeat else "string")
 
 
-def read_plugin_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], inipath: Any) -> dict[str, Any]:
+class Given(dict):
+    """The plugin's options by name, each knowing where its value came from, so that a value refused later (a
+    combination of options) is named as it was given: ``--longctx-sequential confident``, or
+    ``longctx_sequential = confident (ini file pytest.ini)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ini: dict[str, str] = {}  # the options whose value the ini file gave, and that file
+
+    def said(self, name: str) -> str:
+        option = next(o for o in taken_by(PYTEST) if o.name == name)
+        if name in self.ini:
+            return f"{option.plugin_dest} = {self[name]} (ini file {self.ini[name]})"
+        return f"{option.plugin_flag} {self[name]}"
+
+
+def read_plugin_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], inipath: Any) -> Given:
     """Each option's value by name: from the command line, else the ini file, else its default.
     A value the option's kind refuses, a blank one among them, is one line naming the option and
     where the value came from. A repeatable option with an ini name takes both, the ini file's first."""
-    values: dict[str, Any] = {}
+    values = Given()
     for option in taken_by(PYTEST):
         given = getoption(option.plugin_dest)
         source = "on the command line"
@@ -58,6 +74,7 @@ def read_plugin_options(getoption: Callable[[str], Any], getini: Callable[[str],
             continue
         if given is None and option.ini and getini(option.plugin_dest) not in (None, ""):
             given, source = getini(option.plugin_dest), f"from ini option {option.plugin_dest} in {inipath}"
+            values.ini[option.name] = str(inipath)
         values[option.name] = option.default if given is None else _read(option, given, source)
     return values
 

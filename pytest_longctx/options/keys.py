@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError, actual, entered
 from pytest_longctx.options.values import BLANK, Value, is_blank
 
 
@@ -31,15 +31,16 @@ class Key:
 
 
 def _refuse(option: str, setting: str, problem: str) -> LongctxError:
-    return LongctxError(without_credentials(f"{option} {setting}: {problem}"))
+    return LongctxError(f"{option} {setting}: {problem}")
 
 
 def split_settings(option: str, settings: Iterable[str], example: str) -> dict[str, str]:
     """``KEY=VALUE`` settings (repeatable) as {key: value}, the key and value stripped; each key
     once, neither blank. ``example`` shows the form in the message (``cache-type-k=q8_0``)."""
     found: dict[str, str] = {}
-    for setting in settings:
-        key, equals, value = str(setting).partition("=")
+    for given in settings:
+        setting = entered(given if isinstance(given, str) else str(given))  # from an API caller too: shown redacted
+        key, equals, value = actual(setting).partition("=")  # split as given
         key = key.strip()
         if not equals or not key:
             raise _refuse(option, repr(setting), f"expected KEY=VALUE, e.g. {example}")
@@ -47,7 +48,7 @@ def split_settings(option: str, settings: Iterable[str], example: str) -> dict[s
             raise _refuse(option, f"{key}=", BLANK)
         if key in found:
             raise _refuse(option, key, f"given twice ({key}={found[key]} and {setting})")
-        found[key] = value.strip()
+        found[key] = entered(value.strip())
     return found
 
 

@@ -17,18 +17,20 @@ from pytest_longctx.options.values import (
     COUNT,
     FOLDER,
     INTEGER,
+    LENGTHS,
     LEVEL,
-    NAMES,
     NUMBER,
     PATH,
     ROWS,
     Value,
     choice,
+    names,
     text,
     whole,
 )
 
 PYTEST = "pytest"  # the plugin: --longctx-<name>
+CONFIG_NAMES = names("facts,tool_calls")
 SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "gguf-fix-set", "build", "validate",
                                                           "compress-bench")
 COMMANDS = (SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
@@ -136,6 +138,44 @@ class Option:
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
 
+@dataclass(frozen=True)
+class Command:
+    """A ``longctx`` subcommand: the line ``longctx --help`` lists it with, and what ``longctx NAME --help`` says first."""
+
+    name: str
+    help: str
+    description: str
+
+
+COMMAND_TEXTS = (
+    Command(SCORE, "score a model teacher-forced on the benchmark",
+            "Score a causal LM teacher-forced; print the headline rows and write the results JSON."),
+    Command(COMPARE, "compare results with a baseline: rows, cells, verdicts, what was lost",
+            "Compare a model's results with its baseline, as the gate judges them, and show the items and targets that "
+            "lost the most, with the text around each target."),
+    Command(BLAME, "which parts of a compressed model make the gate fail, and what to keep",
+            "Build hybrids of an original and its compressed candidate (transformers checkpoints of one architecture, or "
+            "two GGUF files of one model) and measure, on the failing rows' items, how much of the far drift each part "
+            "accounts for; then the parts to keep so that it passes."),
+    Command(GGUF_FIX_SET, "write a llama.cpp blame's fix set as a GGUF file, with llama.cpp's quantizer",
+            "Run the llama-quantize command of a llama.cpp blame's fix set (its --out file's fix_set.recipe) through "
+            "llama-cpp-python's quantizer: the candidate's file type with the fix set's parts at the original's types."),
+    Command(BUILD, "build the benchmark (all six configs) from the shipped real texts",
+            "Build the builtin benchmark into a folder, in the published layout (<config>/<length>-00000-of-00001.parquet "
+            "and a README.md dataset card): facts, tool calls, rules in three languages and faithfulness sessions, "
+            "generated from the real texts shipped in the package, the same bytes for the same --seed. The gate builds "
+            "what it needs by itself, once, into the user cache; this is for a copy of your own."),
+    Command(VALIDATE, "check a benchmark folder against the schema and for internal consistency",
+            "Check every item of a benchmark folder (builtin or published) against the schema and for internal "
+            "consistency (character spans, targets, stored Qwen3.5 ids against the text): one line per problem, exit "
+            "status 1 when there is any."),
+    Command(BENCH, "compare context compressors at matched savings (knob sweeps, Pareto table)",
+            "Run context compressors over the faithfulness sessions, each over a sweep of one knob; print retention "
+            "(Layer A), realized savings and, with --model, the change in the answer's teacher-forced recall and "
+            "log-probability (Layer B) per point, the Pareto front, and each method's retention at matched savings."),
+)
+
+
 LOADING = (PYTEST, SCORE, BLAME, BENCH)  # the front ends that load a model
 READING = (PYTEST, SCORE, BENCH)  # ... and name its backend freely
 SELECTING = (PYTEST, SCORE, BLAME)
@@ -159,10 +199,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("data", "the data both were scored on (default: the one named in their meta)", FOLDER, takes=(COMPARE,)),
     Option("data", "'builtin' (default), a benchmark folder, the faithfulness dataset's folder or file, or a hub id",
            text("DATA"), "builtin", takes=(BENCH,)),
-    Option("sets", "configs to gate, comma-separated (default: all present)", NAMES, takes=SELECTING, ini=True),
-    Option("sets", f"configs to build, comma-separated (default: all of {', '.join(ALL_CONFIGS)})", NAMES, takes=(BUILD,)),
-    Option("lengths", "lengths, comma-separated, e.g. 2k,8k (default: all in the data)", NAMES, takes=SELECTING, ini=True),
-    Option("lengths", "lengths in Qwen3.5 tokens, comma-separated", NAMES, list(DEFAULT_LENGTHS), takes=(BUILD,)),
+    Option("sets", "configs to gate, comma-separated (default: all present)", CONFIG_NAMES, takes=SELECTING, ini=True),
+    Option("sets", f"configs to build, comma-separated (default: all of {', '.join(ALL_CONFIGS)})", CONFIG_NAMES, takes=(BUILD,)),
+    Option("lengths", "lengths, comma-separated, e.g. 2k,8k (default: all in the data)", LENGTHS, takes=SELECTING, ini=True),
+    Option("lengths", "lengths in Qwen3.5 tokens, comma-separated", LENGTHS, list(DEFAULT_LENGTHS), takes=(BUILD,)),
     Option("limit", "the first N items of each config and length", COUNT, takes=SELECTING, ini=True),
     Option("limit", "at most N items (rules: sessions) per config and length, for quick builds (faithfulness: 300 by "
            "default)", COUNT, takes=(BUILD,)),
@@ -172,9 +212,10 @@ OPTIONS: tuple[Option, ...] = (
            takes=(PYTEST, SCORE), ini=True, doc="tokenization: `ids` feeds the stored Qwen3.5 ids (models with that vocabulary); `text` "
                "tokenizes with the model's tokenizer and maps targets by character offset; `auto` picks `ids` "
                "when the tokenizer reproduces the stored ids ([metrics.md](metrics.md#tokenization-modes))"),
-    Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz", PATH, ini=True,
-           doc="the baseline file (scores of the original model), e.g. `baselines/my-model.json.gz` "
-        "([baselines.md](baselines.md))"),
+    Option("baseline", "the baseline file (scores of the original model), e.g. baselines/my-model.json.gz, or the name of "
+           "one shipped in the package (smollm2-135m)", PATH, ini=True,
+           doc="the baseline file (scores of the original model), e.g. `baselines/my-model.json.gz`, or the name of "
+               "one shipped in the package, `smollm2-135m` ([baselines.md](baselines.md#the-shipped-smollm2-baseline))"),
     Option("baseline", "the original's baseline scores (.json.gz, with drift blocks); default: score the original now",
            PATH, takes=(BLAME,), doc="the original's baseline (with drift blocks), made from the weights `--reference` loads (else "
                "refused); default: the original is scored now"),
@@ -216,8 +257,8 @@ OPTIONS: tuple[Option, ...] = (
                "is refused before the first forward pass, naming the item, its length and the window"),
     Option("dtype", "auto (float32 on CPU, the checkpoint's on a GPU), float32, bfloat16, float16", choice(*DTYPES), "auto",
            takes=LOADING, ini=True),
-    Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", text("DEVICE"), "auto",
-           takes=LOADING, ini=True),
+    Option("device", "auto, cpu, cuda, cuda:N (under xdist, auto gives worker i GPU i)", text("DEVICE"), "auto", ini=True),
+    Option("device", "auto, cpu, cuda or cuda:N", text("DEVICE"), "auto", takes=(SCORE, BLAME, BENCH)),
     Option("trust-remote-code", "let a model that needs its own Python code (auto_map in its config) run it; refused by "
            "default", takes=LOADING, doc="let a model that needs its own Python code (`auto_map` in its config) run it; without it such a "
                "model is refused in one line, and nothing is asked on stdin "
@@ -234,9 +275,14 @@ OPTIONS: tuple[Option, ...] = (
                "`llama-quantize --tensor-type` arguments ([blame.md](blame.md#llamacpp-gguf-files))"),
     Option("backend-option", "a setting of the backend, KEY=VALUE (llama.cpp: cache-type-k=q8_0, threads=4; transformers: "
            "device-map=auto, kv-cache=fp8; vllm: its engine arguments, tensor-parallel-size=2; vllm-server: "
-           "tokenizer=FOLDER); repeatable", text("KEY=VALUE"), takes=(*READING, BLAME), repeat=True, keys="backend",
+           "tokenizer=FOLDER); repeatable", text("KEY=VALUE"), takes=READING, repeat=True, keys="backend",
            doc="a setting of the backend, repeatable; each built-in backend's keys are in [the tables "
                "below](#backend-settings), a backend of your own checks its own"),
+    Option("backend-option", "a setting of the backend both models load with, KEY=VALUE (transformers: device-map=auto, "
+           "kv-cache=fp8; llama.cpp: cache-type-k=q8_0, threads=4); repeatable", text("KEY=VALUE"), takes=(BLAME,),
+           repeat=True, keys="backend",
+           doc="a setting of the backend both models load with, repeatable: the transformers or llama.cpp keys of "
+               "[the tables below](#backend-settings)"),
     Option("reference-option", "llama.cpp: how the original runs where it differs from --backend-option; its KV cache "
            "types are llama.cpp's f16 unless given here (a quantized cache of the candidate is then one more part); "
            "repeatable", text("KEY=VALUE"), takes=(BLAME,), repeat=True, keys="backend"),
@@ -289,7 +335,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("granularity", "layer: each decoder layer; block: attention, MLP and norms within each; tensor: every "
            "parameter; the embeddings, the LM head and the final norm are parts at each", choice(*GRANULARITIES), "layer",
            takes=(BLAME,)),
-    Option("parts", "only these parts, comma-separated (e.g. layer.3,lm_head)", NAMES, takes=(BLAME,)),
+    Option("parts", "only these parts, comma-separated (e.g. layer.3,lm_head)", names("layer.3,lm_head"), takes=(BLAME,)),
     Option("rows", "only these failing rows, ';'-separated, as the gate names them", ROWS, takes=(BLAME,)),
     Option("search", f"groups (with {GROUPS_FROM} changed parts or more): restore halves of the changed parts, then halves "
            f"of the halves that move the far drift by {CARRY:.0%} or more, down to single parts, and measure those alone "
@@ -377,10 +423,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("min-retention-paraphrase", "compressor gate: lowest allowed share of facts kept, paraphrase probes", NUMBER,
            0.95, ini=True, section=COMPRESSOR),
     Option("methods", f"comma-separated built-ins, adapters (ctxgate, tooltrim, llmlingua) or module:function (default: "
-           f"{', '.join(COMPRESSORS)}; selective_context only with --model)", NAMES, takes=(BENCH,)),
+           f"{', '.join(COMPRESSORS)}; selective_context only with --model)", names("last_tokens,ctxgate"), takes=(BENCH,)),
     Option("sweep", "the knob values to run a method with, METHOD:KNOB=V1,V2,... (replaces its default sweep; several for "
            "one method run every combination); repeatable", text("METHOD:KNOB=V1,V2,..."), takes=(BENCH,), repeat=True),
-    Option("suites", f"only the sessions of these suites ({', '.join(SUITES)}), after --limit", NAMES, takes=(BENCH,)),
+    Option("suites", f"only the sessions of these suites ({', '.join(SUITES)}), after --limit", names(",".join(SUITES[:2])),
+           takes=(BENCH,)),
 )
 
 

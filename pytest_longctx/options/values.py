@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pytest_longctx.data.lengths import length_name
+from pytest_longctx.errors import LongctxError, actual, entered
 from pytest_longctx.parse import (
     at_least_one,
     comma_list,
@@ -40,7 +42,9 @@ class Value:
 
 
 def _text(raw: Any) -> str:
-    return str(raw).strip()
+    """Text as given, stripped; a URL in it that carries a secret enters redacted (errors.entered): every
+    model, data, server, reference and tokenizer is a text value, so no line made of one shows a secret."""
+    return entered((actual(raw) if isinstance(raw, str) else str(raw)).strip())
 
 
 def _choose(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -98,7 +102,25 @@ def whole(least: int, metavar: str = "N") -> Value:
 
 PATH = text("PATH", "a path")
 FOLDER = text("DIR", "a folder")
-NAMES = Value("a comma-separated list", comma_list, "A,B")
+def names(example: str) -> Value:
+    """A comma-separated list of names; a list of nothing shows ``example``, what the option lists."""
+    return Value("a comma-separated list", lambda raw: comma_list(str(raw), example), "A,B")
+
+
+def _lengths(raw: Any) -> list[str]:
+    """Lengths as the data names its splits (``2K`` and ``2048`` are ``2k``): the builder and the baseline
+    know a length by that name."""
+    found, parts = [], comma_list(str(raw), "2k,8k")
+    for part in parts:
+        try:
+            found.append(length_name(part))
+        except LongctxError:
+            which = f"{part!r} is not a length: " if len(parts) > 1 else ""
+            raise ValueError(f"{which}expected a length like 2k, 8k or 32k") from None
+    return found
+
+
+LENGTHS = Value("a comma-separated list of lengths", _lengths, "A,B")
 ROWS = Value("a ';'-separated list", _semicolons, "ROWS")
 COUNT = whole(1)
 NUMBER = Value("a finite number >= 0", finite_nonnegative, "X")

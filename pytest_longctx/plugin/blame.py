@@ -22,7 +22,7 @@ from pytest_longctx.backends.builtin import PAIRED
 from pytest_longctx.backends.hybrids import load_models
 from pytest_longctx.backends.hybrids.pair import Pair
 from pytest_longctx.data.load import Dataset
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.blame import BlameReport, blame_pair, choose_rows
 from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.keys import dataset_keys
@@ -30,9 +30,9 @@ from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.options.backend_keys import backend_options
 from pytest_longctx.options.table import BUDGET, THRESHOLD_FIELDS
-from pytest_longctx.paths import write_text_atomically
+from pytest_longctx.paths import step_summary, write_text_atomically
 from pytest_longctx.reports.blame import beside_drift, blame_markdown, blame_text
-from pytest_longctx.reports.finish import append, step_summary
+from pytest_longctx.reports.finish import append
 from pytest_longctx.reports.format import markdown_code, visible
 from pytest_longctx.reports.format import markdown_text as cell
 
@@ -61,7 +61,7 @@ class BlameAfterGate:
 
     def __init__(self, run: GateRun, config: pytest.Config, finished: Callable[[], Evaluation | None]):
         self.run, self.config, self.finished = run, config, finished
-        self.reference: str | None = config.getoption("longctx_blame_reference")
+        self.reference: str | None = run.options.blame_reference  # as entered (a URL in it redacted)
         self.run_it = bool(config.getoption("longctx_blame"))
 
     def original(self) -> tuple[str, str | None]:
@@ -122,7 +122,7 @@ class BlameAfterGate:
         if options.cache_dir:  # where the gate left the candidate's answers
             args += ["--cache-dir", options.cache_dir]
         args += threshold_arguments(options.thresholds, dataset_keys(self.items(rows)))
-        return without_credentials(shlex.join(args))  # a server's user, password or key is not printed
+        return shlex.join(args)  # the options entered redacted: a server's user, password or key is not printed
 
     def notes(self) -> list[str]:
         """What the command leaves to the reader: the original where it is unnamed."""

@@ -13,7 +13,7 @@ from pytest_longctx.backends.base import Backend, close
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.gate_session import GateEvaluation, GateSession
 from pytest_longctx.plugin.checks import fail
-from pytest_longctx.plugin.hooks import running
+from pytest_longctx.plugin.hooks import not_run, running
 from pytest_longctx.progress import labelled
 from pytest_longctx.reports.format import visible
 
@@ -67,6 +67,7 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         yield backend
         close(backend)
         return
+    not_run(request.config, f"the model did not load: {failure}")
     if not worker:  # one line and a usage error, not the same failure in every generated test
         pytest.exit(visible(f"longctx: the model did not load: {failure}"), returncode=pytest.ExitCode.USAGE_ERROR)
     fail(failure)  # outside the except: the message once, not chained to itself

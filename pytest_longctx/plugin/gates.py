@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_longctx.gate.gate_session import GateSession
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.gate.run_options import GateOptions
 
 if TYPE_CHECKING:  # the finish record sits with the reports, which import the engine
@@ -25,16 +26,16 @@ class Gate:
 
     session: GateSession
     tests: ModuleType  # the module of its generated tests, with CASE_KINDS
-    write: Callable[[Any, Any, str | None], Finished]  # (session, junit, why the run stopped early) -> what it wrote
+    write: Callable[[Any, Any, Happened], Finished]  # (session, junit, what the plugin saw of the run) -> what it wrote
     summarize: Callable[[Any, Finished], list[str]]  # (session, finished) -> the terminal summary's lines
     # (session, config, the finished evaluation once there is one) -> a plugin after the summary, or None
     follow: Callable[[Any, pytest.Config, Callable[[], Any]], Any] | None = None
     finished: Finished | None = None
 
-    def finish(self, junit: Any, stopped: str | None) -> pytest.ExitCode | None:
+    def finish(self, junit: Any, happened: Happened) -> pytest.ExitCode | None:
         """Write what was asked for (on the controller); the exit status the run must end with where it
         cannot pass as it stands (a file asked for is missing), else None."""
-        self.finished = self.write(self.session, junit, stopped)
+        self.finished = self.write(self.session, junit, happened)
         return pytest.ExitCode.TESTS_FAILED if self.finished.failed else None
 
     def summary_lines(self) -> list[str]:

@@ -12,30 +12,55 @@ from typing import Any
 import pytest
 from _pytest.junitxml import xml_key
 
-from pytest_longctx.errors import LongctxError
+from pytest_longctx.errors import LongctxError, entered
 from pytest_longctx.gate.gate_session import Case
+from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.gate.run_options import read_options
 from pytest_longctx.options.fronts import add_plugin_options, refuse_blank_plugin_values
 from pytest_longctx.options.table import PYTEST, taken_by
+from pytest_longctx.paths import STEP_SUMMARY, check_outputs, step_summary
 from pytest_longctx.plugin.gates import Gate, start
 from pytest_longctx.reports.format import visible
 
 
 class Watch:
-    """What makes a run incomplete, as it happens: an interruption (Ctrl-C, ``pytest.exit``,
-    collection errors, xdist's ``--maxfail``) and the gate's tests that ended in an error.
-    Registered as a plugin while a gate runs."""
+    """What happened to the gate's tests, as it happens: which were selected and which ran to an outcome or
+    failed, an interruption (Ctrl-C, ``pytest.exit``, collection errors, xdist's ``--maxfail``), the tests that
+    ended in an error, and a model that did not load. Registered as a plugin while a gate runs; under
+    pytest-xdist the controller sees every test's report, and a worker's model failure comes with its output."""
 
     def __init__(self) -> None:
         self.interrupted: str | None = None
         self.errors = 0
+        self.selected: set[str] = set()
+        self.judged: set[str] = set()
+        self.failed: set[str] = set()
+        self.not_run: str | None = None  # why the gate judged nothing (the model did not load)
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         self.interrupted = f"the run was interrupted ({str(excinfo.value).strip() or excinfo.typename})"
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.selected |= {item.nodeid for item in session.items if _gate_test(item.nodeid)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.selected |= {nodeid for nodeid in ids if _gate_test(nodeid)}
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed and report.when != "call" and report.nodeid.split("::")[0] == GATE_NODEID:
+        if not _gate_test(report.nodeid):
+            return
+        if report.failed and report.when != "call":
             self.errors += 1
+        if report.when == "call" or report.skipped:  # a test skipped in its setup (n/a, not read) was judged too
+            self.judged.add(report.nodeid)
+        if report.failed and report.when == "call":  # a check that failed; an error in its setup judged nothing
+            self.failed.add(report.nodeid)
+
+    def happened(self, session: pytest.Session, exitstatus: int) -> Happened:
+        """What the run did of the gate's tests, for the outcome every report states (gate/outcome.py)."""
+        return Happened(selected=len(self.selected), judged=len(self.judged & self.selected),
+                        failed=len(self.failed), not_run=self.not_run, stopped=self.stopped(session, exitstatus))
 
     def stopped(self, session: pytest.Session, exitstatus: int) -> str | None:
         """Why the run ended before its tests all ran, or went wrong; None when it ran through."""
@@ -65,9 +90,14 @@ class NotRun:
 
 
 GATE_NODEID = "longctx"  # the generated tests' module
+
+
+def _gate_test(nodeid: str) -> bool:
+    return nodeid.split("::")[0] == GATE_NODEID
 # the exit statuses after which pytest writes its terminal summary (and so the gate's)
 SUMMARY_STATUSES = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED,
                     pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED)
+NOT_RUN = "longctx_not_run"  # the key of a worker's output that says its model did not load
 RUNNING = pytest.StashKey[Gate]()
 WATCH = pytest.StashKey[Watch]()
 SHOWN = pytest.StashKey[bool]()  # the gate's summary was written
@@ -75,6 +105,13 @@ SHOWN = pytest.StashKey[bool]()  # the gate's summary was written
 
 def running(config: pytest.Config) -> Gate | None:
     return config.stash.get(RUNNING, None)
+
+
+def not_run(config: pytest.Config, why: str) -> None:
+    """Record that the gate judged nothing, and why (the model did not load): its reports say so, never PASS."""
+    watch = config.stash.get(WATCH, None)
+    if watch is not None:
+        watch.not_run = watch.not_run or why
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,6 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if options.compressor and config.getoption("longctx_blame"):
             raise LongctxError("--longctx-blame: blames a model gate's failing rows (--longctx-model with a baseline), "
                                "not a compressor gate's; leave it out")
+        outputs, inputs = options.files(config.invocation_params.dir)
+        check_outputs([*outputs, *pytest_outputs(config, options)], inputs)  # before anything is read or written
         run = config.stash[RUNNING] = start(options, config.invocation_params.dir)
         run.session.warnings.extend(_rootdir_taken_from_an_option(config))
         follow = run.follow_up(config)
@@ -117,6 +156,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
+# what pytest and its plugins write, by the option that names the file and its dest
+PYTEST_OUTPUTS = (("--junitxml", "xmlpath"), ("--report-log", "report_log"), ("--html", "htmlpath"))
+
+
+def pytest_outputs(config: pytest.Config, options: Any) -> list[tuple[str, str | None]]:
+    """The files the pytest run writes besides the gate's own: pytest's junit XML, its plugins' reports, and
+    for the model gate the CI job's step summary its markdown is appended to."""
+    found = [(flag, getattr(config.option, dest, None)) for flag, dest in PYTEST_OUTPUTS]
+    return found + ([] if options.compressor else [(f"${STEP_SUMMARY}", step_summary())])
+
+
 def _rootdir_taken_from_an_option(config: pytest.Config) -> list[str]:
     """pytest chooses its root folder before it knows the plugin's options, so a path given to one as a
     separate word (``--longctx-baseline baselines/b.json.gz``) can become it, and the generated tests'
@@ -127,7 +177,7 @@ def _rootdir_taken_from_an_option(config: pytest.Config) -> list[str]:
     found = []
     for option in taken_by(PYTEST):
         if option.value is not None and option.plugin_flag in given[:-1]:
-            value = given[given.index(option.plugin_flag) + 1]
+            value = entered(given[given.index(option.plugin_flag) + 1])  # as every line shows an option's value
             if (here / value).resolve().is_relative_to(rootpath):
                 found.append(f"pytest took its root folder ({rootpath}) from {option.plugin_flag}'s value, given as a "
                              f"separate word, so the gate's test ids read from there; give it as {option.plugin_flag}={value}")
@@ -195,10 +245,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run is None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
+    watch = session.config.stash[WATCH]
     if workeroutput is not None:  # an xdist worker: the controller reports
         workeroutput["longctx"] = run.session.export()
+        workeroutput[NOT_RUN] = watch.not_run
         return
-    status = run.finish(session.config.stash.get(xml_key, None), session.config.stash[WATCH].stopped(session, exitstatus))
+    status = run.finish(session.config.stash.get(xml_key, None), watch.happened(session, exitstatus))
     if status is not None and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = status  # a file asked for is missing: not a pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -209,9 +261,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     run = running(node.config)
-    exported = getattr(node, "workeroutput", {}).get("longctx")
-    if run is not None and exported:
-        run.session.absorb(exported)
+    output = getattr(node, "workeroutput", {})
+    if run is not None and output.get("longctx"):
+        run.session.absorb(output["longctx"])
+    if run is not None and output.get(NOT_RUN):
+        not_run(node.config, output[NOT_RUN])
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -220,6 +220,7 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
         lines.append((f"verification, the fix set through the gate on the whole selection: "
                       f"{'PASS' if verified['passed'] else 'FAIL'} ({verified['checks']} checks)",
                       [f"FAIL {message}" for message in verified["failing"]]))
+    lines += [(f"warning: {warning}", []) for warning in found.warnings]
     lines += [(f"note: {note}", []) for note in found.notes]
     return lines
 

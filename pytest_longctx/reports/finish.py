@@ -4,24 +4,21 @@ appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the HTML report (``--long
 and the junit suite properties, written; and what that leaves for the summary (``Finished``)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.comparison import from_gate_run
-from pytest_longctx.gate.evaluation import Evaluation
+from pytest_longctx.gate.comparison import Comparison, from_gate_run
 from pytest_longctx.gate.model_run import GateRun
-from pytest_longctx.paths import write_text_atomically
+from pytest_longctx.gate.outcome import Happened
+from pytest_longctx.paths import STEP_SUMMARY, step_summary, write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
 from pytest_longctx.reports.junit import suite_properties
 from pytest_longctx.reports.markdown import ci_summary
 from pytest_longctx.reports.results_json import results_json
 from pytest_longctx.scoring.scores_file import UNJUDGEABLE, check_judgeable
-
-STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
 @dataclass
@@ -32,11 +29,8 @@ class Finished:
     evaluation: Any  # the gate's evaluation (gate/evaluation.Evaluation, compress/run.CompressionEvaluation)
     notes: list[str] = field(default_factory=list)
     failed: str | None = None
-
-
-def step_summary() -> str | None:
-    """The CI job's step summary file (GitHub Actions' ``$GITHUB_STEP_SUMMARY``), when there is one."""
-    return os.environ.get(STEP_SUMMARY) or None
+    outcome: str = ""  # what every report's headline says (gate/outcome.py); empty where the gate writes none
+    not_judged: str | None = None  # why some selected check was not judged
 
 
 def append(path: str, text: str) -> None:
@@ -48,46 +42,47 @@ def append(path: str, text: str) -> None:
         handle.write(text)
 
 
-def write_reports(run: GateRun, evaluation: Evaluation) -> list[str]:
-    """Write the reports asked for; the summary's notes about them."""
-    options, ci = run.options, step_summary()
-    if not (options.markdown or options.html or ci):
-        return []
-    comparison = from_gate_run(run, evaluation)
-    notes = []
-    try:
-        if options.markdown or ci:
-            summary = ci_summary(comparison)
-            if options.markdown:
-                write_text_atomically(options.markdown, summary)
-                notes.append(f"longctx: markdown summary written to {options.markdown}")
-            if ci:
-                append(ci, summary)
-        if options.html:
-            write_text_atomically(options.html, html_report(comparison))
-            notes.append(f"longctx: HTML report written to {options.html}")
-    except OSError as exc:
-        notes.append(f"longctx: a report could not be written: {exc.filename}: {exc.strerror}")
+def write_reports(options: Any, comparison: Comparison) -> list[str]:
+    """Write the reports asked for, each on its own (one that cannot be written keeps none of the others from
+    being written); the summary's notes about them."""
+    ci, notes = step_summary(), []
+    summary = ci_summary(comparison) if options.markdown or ci else ""
+    targets = (("--longctx-markdown", options.markdown, "markdown summary", lambda path: write_text_atomically(path, summary)),
+               (f"${STEP_SUMMARY}", ci, "", lambda path: append(path, summary)),  # the CI job's own: said only when it fails
+               ("--longctx-html", options.html, "HTML report", lambda path: write_text_atomically(path, html_report(comparison))))
+    for option, path, what, write in targets:
+        if not path:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            notes.append(f"longctx: {option} {path}: NOT written ({exc.strerror or exc})")
+            continue
+        if what:
+            notes.append(f"longctx: {what} written to {path}")
     return notes
 
 
-def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
-    """Everything the run was asked to write, and what it leaves for the summary. ``stopped``: why
-    the pytest run ended before its tests all ran (the plugin says), or None."""
+def finish(run: GateRun, junit: Any, happened: Happened | None = None) -> Finished:
+    """Everything the run was asked to write, and what it leaves for the summary. ``happened``: what the plugin saw
+    of the run (how many of the gate's tests ran, why it stopped early); every report says PASS only where every
+    selected check was judged and passed (gate/outcome.py)."""
+    happened = happened or Happened()
     evaluation = run.evaluate()
+    comparison = from_gate_run(run, evaluation, happened)  # the one record the reports, junit and the results are made from
     notes = []
     failed = None
     options = run.options
-    # the paths were checked before any work (GateRun); a failure now (a full disk, a folder
+    # the paths were checked before any work (the plugin); a failure now (a full disk, a folder
     # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
         try:
-            write_json(options.out, results_json(run, evaluation))
+            write_json(options.out, results_json(run, comparison))
             notes.append(f"longctx: results written to {options.out}")
         except OSError as exc:
             notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
     if options.update_baseline and run.baseline_path is not None:
-        refused, dropped = run.baseline_update(stopped)
+        refused, dropped = run.baseline_update(happened.incomplete())
         if not refused:
             try:
                 check_judgeable(run.baseline_file(), None, UNJUDGEABLE).save(run.baseline_path)
@@ -96,13 +91,13 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
             except LongctxError as exc:  # what it holds cannot make a baseline
                 refused = str(exc)
         if refused:
-            failed = f"baseline {run.baseline_path} NOT written: {refused}"
+            failed = f"baseline {options.baseline} NOT written: {refused}"
             notes.append(f"longctx: {failed}")
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
-            notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
-    notes.extend(write_reports(run, evaluation))
+            notes.append(f"longctx: wrote baseline {options.baseline}{narrowed}; commit it beside the checkpoint")
+    notes.extend(write_reports(options, comparison))
     if junit is not None:
-        for name, value in suite_properties(run, evaluation):
+        for name, value in suite_properties(run, comparison):
             junit.add_global_property(name, value)
-    return Finished(evaluation, notes, failed)
+    return Finished(evaluation, notes, failed, comparison.verdict, comparison.not_judged)

@@ -27,7 +27,7 @@ table { border-collapse: collapse; margin: .5rem 0; } th, td { padding: .2rem .6
 th { text-align: right; background: #f3f5f7; } td { text-align: right; }
 th:first-child, td:first-child, .text { text-align: left; }
 td.pass { color: #1b7a35; font-weight: 600; } td.fail { color: #c0262d; font-weight: 700; } td.na { color: #7a848e; }
-.verdict-pass { color: #1b7a35; } .verdict-fail { color: #c0262d; }
+.verdict-pass { color: #1b7a35; } .verdict-fail { color: #c0262d; } .verdict-na { color: #7a848e; }
 .note { color: #5b6570; } figure { margin: .5rem 0; } figure svg { max-width: 100%; height: auto; }
 pre { white-space: pre-wrap; background: #f7f8fa; padding: .5rem; border-left: 3px solid #d5dae0; }
 mark { background: #ffd8a8; font-weight: 700; } details { margin: .3rem 0; } summary { cursor: pointer; }
@@ -166,8 +166,9 @@ def html_report(comparison: Comparison) -> str:
     verdict = comparison.verdict
     failing, sets = tables.failing_lines(comparison), tables.set_metrics(comparison)
     parts = [
-        f'<header><h1 class="verdict-{verdict.lower()}">longctx: {verdict}</h1>',
+        f'<header><h1 class="verdict-{VERDICT_CLASS.get(verdict, "na")}">longctx: {escape(verdict)}</h1>',
         f"<p>{escape(comparison.header)}; mode {escape(comparison.mode)}</p>",
+        f'<p class="verdict-na">not judged: {escape(comparison.not_judged)}</p>' if comparison.not_judged else "",
         "".join(f'<p class="verdict-fail">{escape(error)}</p>' for error in comparison.errors),
         _notes(comparison.notes), _warnings(comparison.warnings), "</header>",
         html_section("headline", "Headline rows", html_table(tables.headline(comparison), "headline-table")),

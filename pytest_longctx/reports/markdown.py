@@ -28,6 +28,7 @@ def _heading(comparison: Comparison) -> list[str]:
     verdict = comparison.verdict
     lines = [f"## longctx: {verdict}", "",
              f"{cell(comparison.header)}; mode {cell(comparison.mode)}"]
+    lines += [f"> **not judged**: {cell(comparison.not_judged)}"] if comparison.not_judged else []
     lines += [f"> **error**: {cell(error)}" for error in comparison.errors]
     lines += [f"> note: {cell(note)}" for note in comparison.notes]
     lines += [f"> warning: {cell(warning)}" for warning in comparison.warnings]

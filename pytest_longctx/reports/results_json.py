@@ -4,18 +4,22 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from pytest_longctx.gate.evaluation import Evaluation
+from pytest_longctx.gate.comparison import Comparison
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.sequential.reading import totals
 from pytest_longctx.metrics.item_figures import sets_json
 
 
-def results_json(run: GateRun, evaluation: Evaluation) -> dict[str, Any]:
-    """The CLI's results JSON, plus the baseline's rows and the gate's verdicts."""
+def results_json(run: GateRun, comparison: Comparison) -> dict[str, Any]:
+    """The CLI's results JSON, plus the baseline's rows, the gate's verdicts and its outcome (PASS only where every
+    selected check was judged and passed; gate/outcome.py)."""
+    evaluation = comparison.evaluation
     return {
+        "outcome": comparison.verdict,
+        "not_judged": comparison.not_judged,
         "rows": evaluation.rows,
         "sets": sets_json(evaluation.sets),
-        "reference": str(run.baseline_path) if run.baseline is not None else None,
+        "reference": str(run.options.baseline) if run.baseline is not None else None,  # as the command gave it
         "mode": run.scores.mode,
         "meta": {**run.scores.meta, "min_effect": run.thresholds.min_effect},
         "row_sources": {name: source.to_json() for name, source in evaluation.row_sources.items()},

@@ -130,7 +130,7 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
     the warnings, and what was written (``finished``: reports/finish.py's ``Finished``)."""
     options, evaluation, notes = run.options, finished.evaluation, finished.notes
     against = ("itself (updating the baseline)" if options.update_baseline else
-               f"baseline {run.baseline_path}" if run.baseline_path is not None else "no baseline")
+               f"baseline {options.baseline}" if run.baseline_path is not None else "no baseline")
     scored = sum(1 for _ in run.scores.items())
     forwarded = f", {run.reader.forwarded:,} tokens forwarded" if run.reader.forwarded or scored else ""
     said = header(run.scores.meta, run.baseline.meta if run.baseline is not None else None, against, str(options.model))
@@ -155,5 +155,7 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
         lines.extend(visible(f"  {v.key}: {v.message()}") for v in failing)
     lines.extend(visible(f"longctx: warning: {w}") for w in [*run.warnings, *evaluation.warnings])
     lines.extend(visible(note) for note in notes)
+    if finished.not_judged:  # PASS and FAIL are pytest's to say; what kept checks from being judged is the gate's
+        lines.append(visible(f"longctx: {finished.outcome}: {finished.not_judged}"))
     return lines
 

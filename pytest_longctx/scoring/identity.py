@@ -45,6 +45,7 @@ class Judged:
     # a digest of the model's config and the backend's settings that change its numbers (a sliding window, rope
     # scaling, the attention kernel, a server's settings): the same weights under another config compute another model
     config: str | None = None
+    config_keys: dict[str, str] = field(default_factory=dict)  # a short digest of each key the config digest covers
     quantization: str = ""  # as loaded: what the library did to the modules; empty for none
     kv_cache: str = ""  # a KV cache in less than full precision; empty for the model's own
     press: str = ""  # a KV-cache press compressing each context; empty for none
@@ -64,6 +65,8 @@ class Judged:
         versions = meta.get("versions")
         return cls(model=without_credentials(str(meta.get("model") or name)), backend=str(meta.get("backend") or ""),
                    weights=meta.get("weights"), config=meta.get("config"), quantization=_quantization(meta),
+                   config_keys={str(k): str(v) for k, v in meta["config_keys"].items()}
+                   if isinstance(meta.get("config_keys"), dict) else {},
                    kv_cache=_kv_cache(str(meta.get("kv_cache") or "")), press=str(meta.get("kv_press") or ""),
                    dtype=str(meta.get("dtype") or ""), device=str(meta.get("device") or ""),
                    versions={str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {})
@@ -102,33 +105,46 @@ class Against:
     note: str  # how the candidate stands to the baseline, for the reports' headers; empty when it is a compression of it
 
 
-def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any]) -> Against:
+def compare_judged(baseline: dict[str, Any], candidate: dict[str, Any], side: str = "baseline") -> Against:
     """The one comparison of what a baseline was made from (its meta) with what a run judged: a baseline
     made under compression, a candidate that is the baseline's own model and setup, and the settings
-    that differ without making the numbers incomparable (backend, dtype, device, versions)."""
+    that differ without making the numbers incomparable (backend, dtype, device, versions). ``side``: how the
+    lines name the file compared with (``longctx score`` calls it the reference, blame the original's baseline)."""
     theirs, mine = Judged.from_meta(baseline), Judged.from_meta(candidate)
     warnings = []
     if theirs.compressions():
         now = "; ".join(mine.compressions()) or "uncompressed"
-        warnings.append(f"the baseline was itself made under compression ({'; '.join(theirs.compressions())}): the candidate "
-                        f"({now}) is judged against a compressed reference, not the original model; make the baseline "
+        warnings.append(f"the {side} was itself made under compression ({'; '.join(theirs.compressions())}): the candidate "
+                        f"({now}) is judged against a compressed reference, not the original model; make the {side} "
                         "from the uncompressed model unless this is meant")
-    warnings += [f"the baseline differs in {d}" for d in advisory_differences(baseline, candidate)]
+    warnings += [f"the {side} differs in {d}" for d in advisory_differences(baseline, candidate)]
     if theirs.dtype != mine.dtype and all(baseline.get(k) == candidate.get(k) for k in ("model", "config")):
-        warnings.append(f"the baseline is this model in {theirs.dtype}, this run in {mine.dtype}: a dtype change alone drifts by "
-                        "rounding (docs/performance.md#dtypes); make the baseline in the candidate's dtype (--longctx-dtype) "
+        warnings.append(f"the {side} is this model in {theirs.dtype}, this run in {mine.dtype}: a dtype change alone drifts by "
+                        f"rounding (docs/performance.md#dtypes); make the {side} in the candidate's dtype (--longctx-dtype, --dtype) "
                         "to gate the model, not the rounding")
     if mine.same_setup(theirs):
         note = "the baseline's own model and setup (the same weights, compressed alike): it is compared with itself"
     elif mine.same_weights(theirs):
-        note = (f"the baseline's own weights under another config: the model's config or the backend's settings differ "
-                f"(digest {(mine.config or 'unknown')[:8]} here, {(theirs.config or 'unknown')[:8]} there)")
+        note = config_change(baseline, candidate, side)
     elif (None not in (mine.weights, theirs.weights) and mine.weights != theirs.weights
           and not mine.compressions() and not theirs.compressions()):
         note = "its weights differ from the baseline's bit for bit, though neither loads a quantization"
     else:
         note = ""
     return Against(warnings, note)
+
+
+def config_change(baseline: dict[str, Any], candidate: dict[str, Any], side: str = "baseline") -> str:
+    """Where a candidate is the ``side``'s own weights (compressed alike) under another config, the one way every report
+    and blame say so: both config digests, and the keys that differ where both records name them; else empty."""
+    theirs, mine = Judged.from_meta(baseline), Judged.from_meta(candidate)
+    if not mine.same_weights(theirs) or mine.config == theirs.config:
+        return ""
+    keys = (sorted(k for k in theirs.config_keys.keys() | mine.config_keys.keys()
+                   if theirs.config_keys.get(k) != mine.config_keys.get(k)) if theirs.config_keys and mine.config_keys else [])
+    return (f"the {side}'s own weights under another config: the model's config or the backend's settings differ (config "
+            f"digest {(mine.config or 'unknown')[:8]} here, {(theirs.config or 'unknown')[:8]} there"
+            + (f"; the keys that differ: {', '.join(keys)})" if keys else ")"))
 
 
 def header(candidate: dict[str, Any], baseline: dict[str, Any] | None, against: str, name: str = "") -> str:

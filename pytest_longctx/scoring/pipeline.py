@@ -281,7 +281,7 @@ def score_sets(
     scores = scored.scores
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
-    warnings = (compare_judged(reference.meta, scores.meta).warnings + notes) if reference is not None else []
+    warnings = (compare_judged(reference.meta, scores.meta, "reference").warnings + notes) if reference is not None else []
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline(sets)
     whole = Groups.of(plans, engine.how_read(backend)).whole([(p.config, p.length, p.item.id) for p in plans])

@@ -109,6 +109,12 @@ class ScoresFile:
 
 
 RECREATE = "recreate it (longctx score --save_scores, or pytest --longctx-update-baseline)"
+# what a file that cannot be read at all is told: an update never replaces a file it cannot read (what it would
+# drop is unknown), so the file goes first
+REPLACE = ("restore it (git checkout -- FILE), or remove it and recreate it (longctx score --save_scores, or pytest "
+           "--longctx-update-baseline)")
+UPGRADE = "upgrade pytest-longctx to read it (pip install -U pytest-longctx)"
+RESULTS_KEYS = {"rows", "sets", "mode", "meta"}  # what a results JSON (--out, --longctx-out) holds besides its scores
 # what a run that made scores unable to judge is told (check_judgeable): nothing was written
 UNJUDGEABLE = ("a baseline or reference must judge every target: check the model (a NaN weight? try dtype float32); "
                "the file is left as it was")
@@ -200,7 +206,7 @@ def load_scores(path: str | os.PathLike, what: str = "reference scores") -> Scor
     """Read a reference scores file or baseline, one that can judge a candidate
     (``check_judgeable``); anything else is one line naming the file, item and field, and the fix."""
     path = Path(path)
-    return check_judgeable(checked_scores(read_json_file(path, what, RECREATE), path, what), f"{what} {path}", RECREATE)
+    return check_judgeable(checked_scores(read_json_file(path, what, REPLACE), path, what), f"{what} {path}", RECREATE)
 
 
 class UnknownLoss(LongctxError):
@@ -216,7 +222,7 @@ class UnknownLoss(LongctxError):
 def held_items(path: str | os.PathLike) -> list[ItemKey]:
     """The items the scores file at ``path`` holds, read as far as knowing them needs: its format,
     version and field types, not its values (a file that cannot judge still holds its items)."""
-    body = scores_body(read_json_file(Path(path), "baseline", RECREATE), path, "baseline")
+    body = scores_body(read_json_file(Path(path), "baseline", REPLACE), path, "baseline")
     return [(config, length, item_id) for config, by_length in body["scores"].items()
             for length, by_item in by_length.items() for item_id in by_item]
 
@@ -255,12 +261,19 @@ def scores_body(body: Any, path: str | os.PathLike, what: str) -> dict[str, Any]
     """The JSON read from ``path`` when it is a scores file of a version this release reads, every
     field of the type the format gives it; else one line (``FileProblem``)."""
     name = f"{what} {path}"
+    if isinstance(body, dict) and body.get("format") != FORMAT and RESULTS_KEYS <= set(body):
+        raise FileProblem(name, "a results JSON (longctx score --out, pytest --longctx-out), not a scores file",
+                          "give a scores file: one longctx score --save_scores wrote, or a baseline")
     if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise FileProblem(name, "not a pytest-longctx scores file", RECREATE)
-    if body.get("version") not in READS:
-        raise FileProblem(name, f"format version {body.get('version')}, this pytest-longctx reads "
-                                f"{' and '.join(map(str, READS))}", RECREATE)
-    return checked_body(body, name, RECREATE)
+        raise FileProblem(name, "not a pytest-longctx scores file", REPLACE)
+    version = body.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > max(READS):
+        raise FileProblem(name, f"format version {version}, written by a newer pytest-longctx (this one reads "
+                                f"{' and '.join(map(str, READS))})", UPGRADE, UPGRADE)
+    if version not in READS:
+        raise FileProblem(name, f"format version {version}, this pytest-longctx reads {' and '.join(map(str, READS))}",
+                          REPLACE)
+    return checked_body(body, name, REPLACE)
 
 
 def checked_scores(body: Any, path: str | os.PathLike, what: str) -> ScoresFile:

@@ -1,4 +1,5 @@
-"""pytest run in a process of its own, as a user runs it from a shell, and what its output shows."""
+"""Runs as the tests make them: pytest in a process of its own, as a user runs it from a shell, and what its output
+shows; hooks a test hands an in-process run; a tiny model's baseline made by `longctx score`."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
+
+from pytest_longctx.cli import main
+from pytest_longctx.cli import score as score_command
 
 
 def run_pytest(cwd: Path | str, *args: str, environment: Mapping[str, str] | None = None,
@@ -36,3 +42,21 @@ def with_and_without_xdist(pytester, model: Path | str, data: Path | str, baseli
             f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", f"--longctx-out={out}", *args)
         runs[workers] = (result, junit, out)
     return runs
+
+
+class Hooks:
+    """Hooks of a test's own, handed to the run as a plugin (a conftest.py in the test's folder
+    would see only the tests under it, not the gate's)."""
+
+    def __init__(self, **hooks):
+        for name, hook in hooks.items():
+            setattr(self, f"pytest_{name}", hook)
+
+
+def saved_scores(loaded: tuple, data: Path, path: Path) -> Path:
+    """The scores of the model ``loaded`` hands in (``(backend, tokenizer)``, as ``load_backend`` returns it) on every
+    item of ``data``, saved at ``path`` by ``longctx score --save_scores``: a baseline of that model."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
+        assert main(["score", "--model", "tiny", "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
+    return path

@@ -7,9 +7,10 @@ from importlib.metadata import distribution
 from typing import Any, Mapping, Sequence
 
 from pytest_longctx.backends.base import ReadResult, read_by_session
+from pytest_longctx.backends.digests import key_digests
 from pytest_longctx.backends.hf.checkpoint import missing_tokenizer
 from pytest_longctx.backends.hf.devices import input_device, placement
-from pytest_longctx.backends.hf.fingerprint import config_fingerprint, weights_fingerprint
+from pytest_longctx.backends.hf.fingerprint import config_entries, config_fingerprint, weights_fingerprint
 from pytest_longctx.backends.hf.kv_caches import OPTION as KV_CACHE_OPTION
 from pytest_longctx.backends.hf.kv_caches import cache_factory, checkpoint_scales, name_of
 from pytest_longctx.backends.hf.loaded_quantization import (
@@ -146,13 +147,14 @@ class TransformersBackend:
         dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model_parameters(self.model).values()
                          if p.is_floating_point()})
         quantization = quantization_config(self.model)
-        config = config_fingerprint(self.model)
+        config, entries = config_fingerprint(self.model), config_entries(self.model)
         if self.context_compression:  # another press or cache computes something else: its answers are never served for another's
             config = hashlib.sha256(f"{config}|kv_press={self.context_compression}".encode()).hexdigest()[:24]
         return {
             "model": str(self.name),
             "weights": self.weights_fingerprint(),
             "config": config,
+            "config_keys": key_digests(entries),
             **({"kv_press": self.press_name} if self.press_name else {}),
             **({"kv_cache": self.kv_cache} if self.kv_cache else {}),
             "dtype": ",".join(dtypes),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from typing import Any, Iterator
 
+from pytest_longctx.backends.digests import settings_digest
 from pytest_longctx.backends.hf.kv_caches import checkpoint_scales
 from pytest_longctx.backends.hf.library import import_torch
 from pytest_longctx.backends.hf.loaded_quantization import quantization_config, quantization_kernels
@@ -22,6 +22,13 @@ def config_fingerprint(model: Any) -> str:
     """A digest of the model's configuration: the same weights under another config (a
     sliding window, rope scaling, another attention kernel, another quantization or the
     version of the library that runs it) compute something else."""
+    return settings_digest(config_entries(model))
+
+
+def config_entries(model: Any) -> dict[str, Any]:
+    """What of the model's configuration changes what it computes, by key: the config's own entries (less
+    those that only name or date it), the attention kernel, the quantization's libraries and kernels, the KV
+    cache's scales, and what weights were de-quantized from."""
     config = {k: v for k, v in model.config.to_dict().items() if k not in VOLATILE_CONFIG}
     config["_attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     quantization = quantization_config(model)
@@ -36,7 +43,7 @@ def config_fingerprint(model: Any) -> str:
         config["_kv_cache_scales"] = scales
     if quantization.get("dequantized_on_load"):  # what the weights were de-quantized from
         config["_dequantized_from"] = quantization
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return config
 
 
 def weights_fingerprint(model: Any) -> str:

@@ -25,7 +25,7 @@ from pytest_longctx.backends.vllm.queries import Query, Reply
 from pytest_longctx.backends.vllm.read_session import VllmReadSession
 from pytest_longctx.backends.vllm.traffic import Traffic
 from pytest_longctx.data.qwen import qwen35_tokenizer
-from pytest_longctx.errors import LongctxError, without_credentials
+from pytest_longctx.errors import LongctxError, actual, entered, hidden
 
 # the identity probe: a fixed prompt whose top 16 at its end, rounded. It moves with most changes
 # behind the served name, not with all (one that shows only far back in a long context leaves it
@@ -56,7 +56,7 @@ def check_server_url(url: str, given_as: str, key_env: str) -> None:
     logs, as ``api-key=`` would), and the client adds the endpoints' paths after the URL."""
     if "?" in url or "#" in url:
         other = " (or another, named with --backend-option api-key-env=NAME)" if key_env == ServerOptions().api_key_env else ""
-        raise LongctxError(f"{given_as}{without_credentials(url)}: a vLLM server's URL takes no query string or fragment "
+        raise LongctxError(f"{given_as}{entered(url)}: a vLLM server's URL takes no query string or fragment "
                            f"(?…, #…): give it as http://HOST:PORT/v1; an API key goes in the environment variable "
                            f"{key_env}{other}, never on the command line (it would land in shell histories and CI logs)")
 
@@ -69,9 +69,9 @@ class VllmServerBackend:
 
         check_server_url(settings.base_url, "the server's URL ", settings.api_key_env)
         self.settings = settings
-        self.base = settings.base_url.rstrip("/")
-        self.where = without_credentials(self.base)  # the server as lines and files name it
-        self.name = without_credentials(name)
+        self.base = actual(settings.base_url).rstrip("/")  # entered redacted: connect to it as given
+        self.where = entered(settings.base_url).rstrip("/")  # the server as lines and files name it: redacted
+        self.name = entered(name)
         key = os.environ.get(settings.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.client = httpx.Client(headers=headers, timeout=settings.timeout)
@@ -132,7 +132,7 @@ class VllmServerBackend:
                 problem = f"no answer within {self.settings.timeout:g} s (--backend-option timeout=SECONDS)"
                 continue
             except httpx.TransportError as exc:
-                problem = without_credentials(f"{type(exc).__name__}: {exc}")
+                problem = hidden(f"{type(exc).__name__}: {exc}", self.settings.base_url)  # httpx had the URL as given
                 continue
             if response.status_code >= 500:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"

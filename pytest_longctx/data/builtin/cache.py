@@ -80,7 +80,8 @@ def builtin_dir(lengths: Sequence[str] | None = None) -> Path:
     for length in wanted:  # before anything is built or announced
         check_buildable(length)
     root = cache_dir("builtin", fingerprint())
-    _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)))
+    _build_once(root, FAITHFULNESS, lambda folder: write_split(folder, FAITHFULNESS, SPLIT, build_faithfulness(DEFAULT_SEED)),
+                f"longctx: building the builtin agent sessions (faithfulness) into {root} (once; later runs reuse it)")
     for length in wanted:
         _build_once(root, length, lambda folder, length=length: build(folder, [length], DEFAULT_SEED),
                     f"longctx: building the builtin benchmark at {length} into {root} (once; later runs reuse it)")

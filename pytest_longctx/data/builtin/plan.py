@@ -11,8 +11,10 @@ DEFAULT_SEED = 0  # longctx build --seed: the same seed gives the same bytes
 SESSIONS = 16
 RULE_SLOTS = 6  # 3 families x 2 placements: the candidate items of one session
 # rules items per length: the card's 82 (8k) and 84 (32k); a 2k session has room for
-# few governed actions 512 tokens after a rule, so it carries 3.
+# few governed actions 512 tokens after a rule, so it carries 3, and so does any session
+# shorter than 8k; a longer one carries 5.
 RULE_ITEMS = {"2k": 48, "8k": 82, "32k": 84}
+SHORT_SESSION_TOKENS = 8192
 FACT_ITEMS = {"8k": 8, "32k": 7}
 FACTS_PER_ITEM = 8
 
@@ -31,7 +33,7 @@ def plan(length: str, limit: int | None = None) -> Plan:
     """Counts for one length; ``limit`` keeps at most that many items (facts,
     tool_calls) or sessions (rules) per config, for quick builds."""
     tokens = length_tokens(length)
-    total = RULE_ITEMS.get(length, SESSIONS * 5)
+    total = RULE_ITEMS.get(length, RULE_ITEMS["2k"] if tokens < SHORT_SESSION_TOKENS else SESSIONS * 5)
     base, extra = divmod(total, SESSIONS)
     per_session = tuple(base + (1 if n < extra else 0) for n in range(SESSIONS))
     if max(per_session) > RULE_SLOTS:

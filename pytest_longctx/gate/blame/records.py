@@ -192,6 +192,8 @@ class BlameReport:
     recipe_tool: str = ""  # whose: "llama.cpp" (a llama-quantize command), "llm-compressor" (a recipe in YAML) or "transformers" (Python)
     verification: dict[str, Any] | None = None  # the fix set's gate run on the whole selection
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the baseline against the candidate, as the gate warns of it
+    config: str = ""  # the candidate is the original's weights under another config: the identity record's words
     hybrids: int = 0  # the models scored on the blamed rows' items (parts, fix set steps, the original once if needed)
     search: str = "exhaustive"  # how the parts measured alone were chosen: exhaustive, groups, or cumulative (spread damage)
     groups: list[GroupTest] = field(default_factory=list)  # the group search's hybrids, in the order scored
@@ -287,7 +289,7 @@ class BlameReport:
         return {
             "reference": self.reference, "model": self.model, "granularity": self.granularity, "passed": self.passed,
             "partial": self.partial, "stopped": self.stopped, "not_reached": self.not_reached,
-            "rows": self.rows, "candidate": state(self.candidate), "notes": self.notes,
+            "rows": self.rows, "candidate": state(self.candidate), "notes": self.notes, "warnings": self.warnings, "config": self.config,
             "parts": [part(n + 1, p) for n, p in enumerate(self.ranked)] + [part(None, p) for p in self.unchanged],
             "fix_set": {"parts": self.fix_set, "fixed": self.fixed, "steps": [state(s) for s in self.fix_steps],
                         "moves": self.fix_moves, "hybrids": self.fix_hybrids,

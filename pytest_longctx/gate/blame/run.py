@@ -31,6 +31,7 @@ from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.options.table import BUDGET, FIX_BUDGET, GROUPS_FROM
 from pytest_longctx.progress import clock_text
 from pytest_longctx.scoring.fingerprint import tokenizer_fingerprint
+from pytest_longctx.scoring.identity import compare_judged, config_change
 from pytest_longctx.scoring.pipeline import needed_fingerprints, score_sets
 from pytest_longctx.scoring.scores_file import ScoresFile, check_fits
 
@@ -77,13 +78,17 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     broken = non_finite_parts(pair, granularity)
     if broken:  # no hybrid of such a model reads anything but NaN: its parts' shares would be figures of nothing
         return BlameReport(names[0], names[1], granularity, passed=False, non_finite=broken)
-    baseline, where = _baseline(pair, dataset, baseline, reading)
+    baseline, where, original = _baseline(pair, dataset, baseline, reading)
     report = BlameReport(names[0], names[1], granularity, passed=False, budget=budget)
     hand_on = (lambda: report_to(report)) if report_to else (lambda: None)
     scorer = Scorer(pair, baseline, thresholds, reading, Pace(budget), before=hand_on)
     started = time.monotonic()
-    _, _, evaluation = scorer.gated(CANDIDATE, [], names[1], dataset, f"blame: the candidate {names[1]}")
+    candidate, _, evaluation = scorer.gated(CANDIDATE, [], names[1], dataset, f"blame: the candidate {names[1]}")
     candidate_seconds = time.monotonic() - started
+    # the one comparison of what was judged (scoring/identity.py), as the gate makes it: the baseline's warnings, and
+    # the candidate as the original's own weights under another config
+    report.warnings = compare_judged(baseline.meta, candidate.meta).warnings
+    report.config = config_change(original, candidate.meta, "original")
     if not evaluation.failing_rows():
         report.passed = True
         return report
@@ -93,6 +98,12 @@ def blame_pair(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, *, thr
     scorer.blamed(report.rows, items)
     report.parts = [PartBlame(part, pair.cost([part]), unchanged=pair.unchanged(part)) for part in chosen]
     changed = [entry for entry in report.parts if not entry.unchanged]
+    if report.config and not changed:  # nothing to restore or damage: the config is what changed
+        report.notes.append(f"no part of the candidate differs from the original's: it is {report.config}; blame takes "
+                            "weights apart, not a config: gate the original under the candidate's config, or give the "
+                            "candidate the original's config")
+        report.hybrids = scorer.runs
+        return report
     report.exhaustive = 2 * len(changed)
     report.search = "groups" if search == "groups" and len(changed) >= GROUPS_FROM else "exhaustive"
     records = (len(changed) >= REUSE_FROM if reuse is None else reuse) and can_record(pair)
@@ -162,22 +173,25 @@ class Stage:
         return found
 
 
-def _baseline(pair: Pair, dataset: Dataset, baseline: ScoresFile | None, reading: Reading) -> tuple[ScoresFile, str]:
-    """The original's baseline, checked against the pair and the data (or scored now), and where it comes from."""
+def _baseline(pair: Pair, dataset: Dataset, baseline: ScoresFile | None,
+              reading: Reading) -> tuple[ScoresFile, str, dict[str, Any]]:
+    """The original's baseline, checked against the pair and the data (or scored now), where it comes from, and the
+    original as its backend loaded it (``describe``: what the identity record compares)."""
     names, tokenizer = pair.names, pair.tokenizer
     with pair.hybrid(ORIGINAL, [], names[0]) as backend:
+        original = describe(backend)
         if baseline is None:
             scored = score_sets(backend, tokenizer, dataset, progress=reading.progress, cache=reading.cache(backend, []),
                                 beyond_context=reading.beyond_context).as_baseline()
-            return scored, f"the original {names[0]}, scored now"
+            return scored, f"the original {names[0]}, scored now", original
         if not baseline.has_drift:
             raise LongctxError(f"--baseline {baseline.path}: holds no drift blocks (the most likely tokens at every "
                                "read, written since scores file version 2): re-make it from the original")
         check_baseline_tokenizer(baseline, pair)
         check_fits(baseline, baseline.mode, tokenizer_fingerprint(tokenizer, baseline.mode),
                    needed_fingerprints(dataset), what="--baseline")
-        check_made_by(baseline, describe(backend), names[0])
-    return baseline, f"baseline {baseline.path}"
+        check_made_by(baseline, original, names[0])
+    return baseline, f"baseline {baseline.path}", original
 
 
 def _cost_line(report: BlameReport, changed: Sequence[PartBlame], seconds: float) -> str:
