@@ -2,6 +2,7 @@
 
     python benchmarks/gate_validity.py --lengths 2k,8k --limit 4
     python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 4 --sets facts,tool_calls
+    python benchmarks/gate_validity.py --model qwen2.5-coder-0.5b --lengths 2k,8k --limit 4
 
 builds the variants (once, into --variants), runs the real gate — ``pytest --longctx-model
 <variant> --longctx-baseline <baseline> --longctx-sequential off`` — for the model itself and every
@@ -20,6 +21,12 @@ measures what reading less costs):
 
 ``--reuse`` reads the results JSON a previous run left in --results instead of gating again
 (and gates only the candidates that have none).
+
+``--model qwen2.5-coder-0.5b`` makes the same variants of Qwen2.5-Coder-0.5B-Instruct (its window512 switches
+on qwen2's own sliding window in every layer) in ``variants/qwen2.5-coder-0.5b``, gates them against its
+committed baseline, and under llama.cpp takes the packaged file itself as the reference and requantizes it
+(benchmarks/gguf_variants.py). Beside the rows, every rules check the reference counts a target in is shown
+cell by cell: follow per length (system prompt) and retained per placement x family.
 
 * ``--backend hf``: SmolLM2 rounded by torchao to 8 bits per channel and to 4 and 2 bits in
   groups of 64 (``benchmarks/quantized_variants.py``: torchao-int8, torchao-int4-g64,
