@@ -2,6 +2,7 @@
 
     python benchmarks/gate_validity.py --lengths 2k,8k --limit 4
     python benchmarks/gate_validity.py --backend llama.cpp --lengths 2k,8k --limit 4 --sets facts,tool_calls
+    python benchmarks/gate_validity.py --model qwen2.5-coder-0.5b --lengths 2k,8k --limit 4
 
 builds the variants (once, into --variants), runs the real gate — ``pytest --longctx-model
 <variant> --longctx-baseline <baseline> --longctx-sequential off`` — for the model itself and every
@@ -20,6 +21,12 @@ measures what reading less costs):
 
 ``--reuse`` reads the results JSON a previous run left in --results instead of gating again
 (and gates only the candidates that have none).
+
+``--model qwen2.5-coder-0.5b`` makes the same variants of Qwen2.5-Coder-0.5B-Instruct (its window512 switches
+on qwen2's own sliding window in every layer) in ``variants/qwen2.5-coder-0.5b``, gates them against its
+committed baseline, and under llama.cpp takes the packaged file itself as the reference and requantizes it
+(benchmarks/gguf_variants.py). Beside the rows, every rules check the reference counts a target in is shown
+cell by cell: follow per length (system prompt) and retained per placement x family.
 
 * ``--backend hf``: SmolLM2 rounded by torchao to 8 bits per channel and to 4 and 2 bits in
   groups of 64 (``benchmarks/quantized_variants.py``: torchao-int8, torchao-int4-g64,
@@ -54,6 +61,8 @@ from pathlib import Path
 import gguf_variants
 import quantized_variants
 from pytest_longctx.backends.aliases import smollm2_gguf
+from pytest_longctx.backends.packaged import gguf_file
+from pytest_longctx.data.records import FAMILIES, PLACEMENTS
 from pytest_longctx.gate.comparison import compare_files
 from pytest_longctx.gate.results_file import read_results
 from pytest_longctx.gate.thresholds import Thresholds
@@ -122,6 +131,29 @@ def drift_lines(comparisons: dict[str, object]) -> list[list[str]]:
             failing = name in comparison.evaluation.failing_rows()
             cells["damage (failing rows)"].append((comparison.evaluation.damage_kind(name) or "n/a") if failing else "-")
         lines += [[f"*{short}: {label}*", *values] for label, values in cells.items()]
+    return lines
+
+
+def rules_cell_lines(comparisons: dict[str, object]) -> list[list[str]]:
+    """What the gate checks of the rules, one line per check the first candidate counts a target in:
+    follow per length (system prompt, every family) and retained per placement x family cell, each
+    candidate's value with the counted targets (n)."""
+    first = next(iter(comparisons.values())).evaluation
+    lines = []
+    for config, by_length in first.sets.items():
+        if not config.startswith("rules"):
+            continue
+        for length in by_length:
+            checks = [("system", "all", "follow"), *((p, f, "retained") for p in PLACEMENTS for f in FAMILIES)]
+            for placement, family, metric in checks:
+                if not by_length[length]["cells"][placement][family]["counted"]:
+                    continue
+                values = []
+                for comparison in comparisons.values():
+                    cell = comparison.evaluation.sets[config][length]["cells"][placement][family]
+                    values.append(f"{number(cell[metric], 2)} (n={cell['counted']})")
+                where = "system prompt" if family == "all" else f"{placement} {family}"
+                lines.append([f"*{config} {length} {where}: {metric}*", *values])
     return lines
 
 
@@ -197,18 +229,27 @@ def checkpoint_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list
     return candidates
 
 
-def llama_names(only: list[str]) -> list[str]:
-    return [REFERENCE, *(q for q in gguf_variants.QUANTS if q in only), *([f"{PACKAGED} (packaged)"] if PACKAGED in only else []),
-            *(k for k in KV_CACHES if k in only)]
+def llama_reference(model: str) -> str:
+    """The llama.cpp study's reference: SmolLM2's F32 file, or the packaged file itself of a model whose
+    variants are requantized from it (benchmarks/gguf_variants.py)."""
+    return "packaged GGUF (reference)" if model in gguf_variants.REQUANTIZED else REFERENCE
+
+
+def llama_names(model: str, only: list[str]) -> list[str]:
+    packaged = [f"{PACKAGED} (packaged)"] if PACKAGED in only and model not in gguf_variants.REQUANTIZED else []
+    return [llama_reference(model), *(q for q in gguf_variants.QUANTS if q in only), *packaged, *(k for k in KV_CACHES if k in only)]
 
 
 def llama_candidates(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
-    """name -> (model, extra pytest options) of the llama.cpp study, the F32 reference first."""
-    files = gguf_variants.build(args.variants, ("F32", *(n for n in args.only if n in gguf_variants.QUANTS)))
+    """name -> (model, extra pytest options) of the llama.cpp study, the reference first."""
+    requantized = args.model in gguf_variants.REQUANTIZED
+    quants = tuple(n for n in args.only if n in gguf_variants.QUANTS)
+    files = gguf_variants.build(args.variants, quants if requantized else ("F32", *quants), model=args.model)
     llama = ["--longctx-backend=llama.cpp"]
-    reference = str(files.pop("F32").resolve())
-    candidates = {REFERENCE: (reference, llama), **{name: (str(path.resolve()), llama) for name, path in files.items()}}
-    if PACKAGED in args.only:
+    reference = gguf_file(gguf_variants.MODELS[args.model]) if requantized else str(files.pop("F32").resolve())
+    candidates = {llama_reference(args.model): (reference, llama),
+                  **{name: (str(path.resolve()), llama) for name, path in files.items()}}
+    if PACKAGED in args.only and not requantized:
         candidates[f"{PACKAGED} (packaged)"] = (smollm2_gguf(), llama)
     for name, (k, v) in KV_CACHES.items():
         if name in args.only:
@@ -221,33 +262,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("hf", "llama.cpp", "checkpoints"), default="hf")
     parser.add_argument("--checkpoints", type=Path, nargs="+", default=[], help="--backend checkpoints: folders of checkpoints")
-    parser.add_argument("--model", default="smollm2-135m", help="--backend hf: the model the variants are made from")
-    parser.add_argument("--baseline", type=Path, help="default: the committed SmolLM2 baseline (hf); for llama.cpp, "
-                        "one the F32 file makes in --variants first")
+    parser.add_argument("--model", default="smollm2-135m", help="the model the variants are made from: smollm2-135m or "
+                        "qwen2.5-coder-0.5b (under llama.cpp a packaged model's alias)")
+    parser.add_argument("--baseline", type=Path, help="default: the model's committed baseline, baselines/MODEL.json.gz "
+                        "(hf, checkpoints); for llama.cpp, one its reference file makes in --variants first")
     parser.add_argument("--sets", help="configs to gate, comma-separated (default: all)")
-    parser.add_argument("--variants", type=Path, default=Path("variants"))
+    parser.add_argument("--variants", type=Path, help="where the variants are made (default: variants for SmolLM2, "
+                        "variants/MODEL for another model)")
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--limit", type=int, default=8)
     every = (*TOOL_VARIANTS, *VARIANTS, KV_VARIANT, *gguf_variants.QUANTS, PACKAGED, *KV_CACHES)
     parser.add_argument("--only", nargs="*", choices=every, default=[n for n in every if n not in HAND_ROUNDED])
-    parser.add_argument("--results", type=Path, default=Path("variants/results"), help="where each run's results JSON is kept")
+    parser.add_argument("--results", type=Path, help="where each run's results JSON is kept (default: VARIANTS/results)")
     parser.add_argument("--reuse", action="store_true", help="read the results a previous run left in --results")
     parser.add_argument("--min-effects", default="", help="rules count thresholds to recompute the rules rows with, e.g. 1,0.5,0.25")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args()
+    args.variants = args.variants or Path("variants" if args.model == gguf_variants.STEM else f"variants/{args.model}")
+    args.results = args.results or args.variants / "results"
     llama = args.backend == "llama.cpp"
     if args.backend == "checkpoints" and not args.checkpoints:
         parser.error("--backend checkpoints needs --checkpoints DIR ...")
     if llama:
-        names = llama_names(args.only)
-        baseline = args.baseline or args.variants / f"{gguf_variants.STEM}-f32.llama-cpp.json.gz"
+        names = llama_names(args.model, args.only)
+        reference = "packaged" if args.model in gguf_variants.REQUANTIZED else "f32"
+        baseline = args.baseline or args.variants / f"{args.model}-{reference}.llama-cpp.json.gz"
     elif args.backend == "checkpoints":
         names = list(checkpoint_candidates(args))
-        baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
+        baseline = args.baseline or Path(f"baselines/{args.model}.json.gz")
     else:
         names = ["the model itself", *(name for name in (*TOOL_VARIANTS, *VARIANTS) if name in args.only),
                  *([KV_VARIANT] if KV_VARIANT in args.only else [])]
-        baseline = args.baseline or Path("baselines/smollm2-135m.json.gz")
+        baseline = args.baseline or Path(f"baselines/{args.model}.json.gz")
     args.baseline = baseline
     selection = [f"--longctx-sets={args.sets}"] if args.sets else []
     prefix = "llama.cpp-" if llama else ""
@@ -257,7 +303,7 @@ def main() -> None:
         candidates = {"llama.cpp": llama_candidates, "checkpoints": checkpoint_candidates}.get(args.backend, hf_candidates)(args)
         args.results.mkdir(parents=True, exist_ok=True)
         if llama and not baseline.exists():
-            model, extra = candidates[REFERENCE]
+            model, extra = candidates[llama_reference(args.model)]
             print(f"making the baseline {baseline} from {model} ...", file=sys.stderr, flush=True)
             gate(model, baseline, args.lengths, args.limit, [*extra, *selection, *args.pytest_args, "--longctx-update-baseline"],
                  args.results / "llama.cpp-baseline-run.json")
@@ -274,6 +320,7 @@ def main() -> None:
     for label, path in context_lines(args.lengths):  # what the gate does not check, to read the rows by
         body.append([label, *(number(dig(res["sets"], path), 2) for res in results.values())])
     body += drift_lines(point)
+    body += rules_cell_lines(point)
     body.append(["failed tests", *(str(failed_tests(files[name])) for name in names)])
     assert all((code == 0) == point[name].passed for name, code in outcomes.items())  # compare judges as the gate
     body.append(["gate (point estimate)", *(point[name].verdict for name in names)])

@@ -1,6 +1,7 @@
-"""GGUF variants of SmolLM2 made with llama.cpp's own quantizer, for the gate-validity study.
+"""GGUF variants of a packaged model made with llama.cpp's own quantizer, for the gate-validity study.
 
     python benchmarks/gguf_variants.py --out variants
+    python benchmarks/gguf_variants.py --model qwen2.5-coder-0.5b --out variants/qwen2.5-coder-0.5b --only Q3_K_M Q2_K
 
 writes, once each (files are never committed: ``variants/`` is ignored by git):
 
@@ -30,6 +31,11 @@ parameters (read with the ``gguf`` package's ``GGUFReader``), and writes that li
 (and F32 0.03 % in each: the norms). Only the feed-forward down projections (1,536 wide)
 take a K-quant: the "Q2_K" file holds no 2-bit tensor.
 
+``--model qwen2.5-coder-0.5b`` (Qwen2.5-Coder-0.5B-Instruct, whose packaged file is already quantized, mostly
+Q5_0 and Q8_0) quantizes that packaged file itself, as ``llama-quantize --allow-requantize`` does: llama.cpp
+de-quantizes each tensor and rounds it again to the smaller type, so the variants hold both roundings, as a
+user's would who has only that file. Its reference is the packaged file; no F32 file is made.
+
     python benchmarks/gguf_variants.py --out variants --fixed-by blame.json
 
 instead makes the fix set of a ``longctx blame --backend llama.cpp --out blame.json`` as
@@ -42,10 +48,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_longctx.backends.packaged import PACKAGED as PACKAGED_MODELS
+from pytest_longctx.backends.packaged import gguf_file
+
 # the file types to quantize to, as llama.cpp names them (llama_ftype LLAMA_FTYPE_MOSTLY_<name>)
 QUANTS = ("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K")
 STEM = "smollm2-135m"
 PACKAGED = "Q4_1"  # the packaged file's type
+MODELS = {model.alias: model for model in PACKAGED_MODELS}
+REQUANTIZED = ("qwen2.5-coder-0.5b",)  # models whose variants are made from the packaged file itself, not from F32
 
 
 def full_precision(source: Path, target: Path) -> None:
@@ -101,24 +112,31 @@ def noted(path: Path) -> str:
     return line
 
 
-def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0) -> dict[str, Path]:
-    """name -> .gguf file, built when missing; ``F32`` is the full-precision reference."""
-    from pytest_longctx.backends.aliases import smollm2_gguf
+def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0, model: str = STEM) -> dict[str, Path]:
+    """name -> .gguf file of the packaged ``model``, built when missing: ``F32`` the full-precision
+    reference, each other one quantized from it (for a model of REQUANTIZED: from the packaged file)."""
     from pytest_longctx.backends.llama_cpp.quantize import quantize
     from pytest_longctx.backends.llama_cpp.settings import default_threads
 
     out.mkdir(parents=True, exist_ok=True)
-    reference = out / f"{STEM}-f32.gguf"
-    if not reference.exists():
-        full_precision(Path(smollm2_gguf()), reference)
-        print(f"F32: {reference.name} holds {noted(reference)}", file=sys.stderr, flush=True)
-    built = {"F32": reference}
+    packaged = Path(gguf_file(MODELS[model]))
+    built = {}
+    if model in REQUANTIZED:
+        source = packaged
+    else:
+        source = built["F32"] = out / f"{model}-f32.gguf"
+        if not source.exists():
+            full_precision(packaged, source)
+            print(f"F32: {source.name} holds {noted(source)}", file=sys.stderr, flush=True)
     for name in names:
-        if name == "F32":
+        if name == "F32" and model not in REQUANTIZED:
             continue
-        target = out / f"{STEM}-{name}.gguf"
+        target = out / f"{model}-{name}.gguf"
         if not target.exists():
-            quantize(reference, target, name, threads or default_threads())
+            if name == "F32":
+                full_precision(packaged, target)
+            else:
+                quantize(source, target, name, threads or default_threads(), requantize=model in REQUANTIZED)
             print(f"{name}: {target.name} holds {noted(target)}", file=sys.stderr, flush=True)
         built[name] = target
     return {name: built[name] for name in names}
@@ -126,6 +144,7 @@ def build(out: Path, names: tuple[str, ...] = ("F32", *QUANTS), threads: int = 0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=list(MODELS), default=STEM, help="the packaged model (default %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("variants"))
     parser.add_argument("--only", nargs="*", choices=("F32", *QUANTS), default=["F32", *QUANTS])
     parser.add_argument("--fixed-by", type=Path, metavar="BLAME_JSON",
@@ -140,10 +159,9 @@ def main() -> None:
         target = fixed_by(str(args.fixed_by), str(args.out / f"{stem}-{command.file_type}-fixed.gguf"))
         print(f"{target} ({target.stat().st_size / 2**20:.0f} MiB), holds {noted(target)}")
         return
-    from pytest_longctx.backends.aliases import smollm2_gguf
-
-    files = build(args.out, tuple(args.only))
-    files[f"{PACKAGED} (packaged, the F32 file's source)"] = Path(smollm2_gguf())
+    files = build(args.out, tuple(args.only), model=args.model)
+    label = "packaged, the variants' source" if args.model in REQUANTIZED else f"{PACKAGED} (packaged, the F32 file's source)"
+    files[label] = Path(gguf_file(MODELS[args.model]))
     for name, path in files.items():
         print(f"{name}: {path} ({path.stat().st_size / 2**20:.0f} MiB), holds {noted(path) if path.parent == args.out else holds(path)}")
 

@@ -8,7 +8,8 @@ writes one folder per variant (safetensors + tokenizer), each a plain transforme
 * ``int4-g64``  4-bit round-to-nearest weights, groups of 64 input channels
 * ``int2-g64``  2-bit round-to-nearest weights, groups of 64 input channels
 * ``window512`` the same weights, attention limited to the last 512 tokens in every layer
-                (a llama checkpoint re-declared as mistral, which has the sliding window)
+                (a llama checkpoint re-declared as mistral, which has the sliding window; a qwen2
+                checkpoint's own sliding window switched on in every layer)
 
 INT8 W8A8 for vLLM (``--longctx-backend vllm``) is made by llm-compressor itself, in its own
 environment (``benchmarks/llmcompressor_variants.py --model DIR --only w8a8``), no longer here.
@@ -92,12 +93,18 @@ kv_int4 = kv_quantized(4, 64)
 
 
 def local_window(folder: Path, window: int) -> None:
-    """Re-declare a saved llama checkpoint as mistral with a sliding window of ``window``."""
+    """Limit a saved checkpoint's attention to the last ``window`` tokens in every layer: a llama one
+    re-declared as mistral with that sliding window, a qwen2 one with its own sliding window switched
+    on from the first layer (transformers reads ``layer_types`` where the config states them)."""
     path = folder / "config.json"
     config = json.loads(path.read_text())
-    if config["model_type"] not in ("llama", "mistral"):
-        raise SystemExit(f"local window: {config['model_type']} checkpoints are not supported, only llama/mistral")
-    config.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=window)
+    if config["model_type"] in ("llama", "mistral"):
+        config.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=window)
+    elif config["model_type"] == "qwen2":
+        config.update(use_sliding_window=True, sliding_window=window, max_window_layers=0,
+                      layer_types=["sliding_attention"] * config["num_hidden_layers"])
+    else:
+        raise SystemExit(f"local window: {config['model_type']} checkpoints are not supported, only llama, mistral, qwen2")
     path.write_text(json.dumps(config, indent=2))
 
 

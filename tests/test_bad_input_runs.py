@@ -287,7 +287,8 @@ def test_a_local_model_path_that_does_not_exist(facts_dir, tmp_path, capsys):
     missing = tmp_path / "no-such-model"
     assert main(score(missing, facts_dir)) == 2
     assert err_lines(capsys) == [f"longctx: error: --model {missing}: no such folder or file "
-                                 "(a model folder, a .gguf file, a hub id ORG/NAME or an alias: smollm2-135m, smollm2-135m-gguf)"]
+                                 "(a model folder, a .gguf file, a hub id ORG/NAME or an alias: qwen2.5-coder-0.5b, "
+                                 "qwen2.5-coder-0.5b-gguf, smollm2-135m, smollm2-135m-gguf)"]
 
 
 def test_a_stale_baseline_is_said_once(pytester, model_dir, facts_dir, baseline, rows, tmp_path):

@@ -695,7 +695,7 @@ def test_a_tokenizer_that_differs_is_named_by_the_flag_that_gave_it(bpe_tokenize
     # an original that cannot be loaded is named by its own flag
     assert refused(tmp_path / "missing", folders["candidate"]) == (
         f"--reference {tmp_path / 'missing'}: no such folder or file (a model folder, a .gguf file, a hub id ORG/NAME or an "
-        "alias: smollm2-135m, smollm2-135m-gguf)")
+        "alias: qwen2.5-coder-0.5b, qwen2.5-coder-0.5b-gguf, smollm2-135m, smollm2-135m-gguf)")
     # and with them all agreeing, blame runs
     assert main(["blame", "--reference", str(folders["original"]), "--model", str(folders["candidate"]), "--baseline",
                  str(tmp_path / "baseline.json.gz"), "--parts", "layer.1", *selection]) == 0

