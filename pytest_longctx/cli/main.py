@@ -8,8 +8,8 @@ import sys
 from typing import Callable, NoReturn
 
 from pytest_longctx import __version__
-from pytest_longctx.errors import LongctxError
 from pytest_longctx.backends.builtin import check_backend_settings
+from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
 from pytest_longctx.options.table import BENCH, BLAME, BUILD, COMMAND_TEXTS, COMPARE, GGUF_FIX_SET, SCORE, VALIDATE
 from pytest_longctx.reports.format import visible

@@ -17,7 +17,7 @@ from pytest_longctx.gate.outcome import Happened
 from pytest_longctx.gate.results_file import ResultsFile, find_data
 from pytest_longctx.gate.sequential.reading import Totals, totals
 from pytest_longctx.gate.thresholds import Thresholds
-from pytest_longctx.gate.verdict import Verdict, verdict_word
+from pytest_longctx.gate.verdict import Verdict
 from pytest_longctx.metrics.drift import ReadDrift, item_reads
 from pytest_longctx.metrics.item_figures import Sets, sets_from_json, sets_json
 from pytest_longctx.scoring.identity import compare_judged, header
