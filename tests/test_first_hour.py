@@ -69,7 +69,7 @@ def gate(pytester, tiny_data, tiny_loaded, monkeypatch):
 
 def test_the_shipped_baseline_answers_to_its_name_before_any_data_is_built(pytester, monkeypatch):
     built = []
-    monkeypatch.setattr("pytest_longctx.gate.model_run.load_dataset", lambda *args, **kwargs: built.append(args))
+    monkeypatch.setattr("pytest_longctx.gate.inputs.load_dataset", lambda *args, **kwargs: built.append(args))
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--longctx-model=smollm2-135m",
                                           "--longctx-baseline=smollm2-13m")  # a typo: no such name, no such file
     assert built == [] and "baseline" in result.stdout.str() and "does not exist" in result.stdout.str()
