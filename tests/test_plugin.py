@@ -109,21 +109,26 @@ def _junit(path):
 @needs("xdist", install='pip install -e ".[test]"')
 def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_models, data_dir, gate_baseline):
     """The same gate with -n 0 and -n 2: the same outcomes, junit properties and summary, and sequential reading
-    (exact, the default) reads the same items in the same order and settles every check alike, fewer items than
-    the selection holds."""
+    (exact, the default) reads the same items in the same order and settles every check alike. The tokens forwarded
+    are not among them: each worker reads the units its tests need, and xdist spreads a unit's tests over both
+    (docs/options.md#pytest-xdist), so -n 2 forwards at least what one process does."""
     runs = {}
     for workers, (result, junit, out) in with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline).items():
         assert result.ret == 1
         results = json.loads(out.read_text())
-        summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
+        summary = [line for line in gate_summary(result.stdout.str())
+                   if "results written to" not in line and "forwarded" not in line]  # names the file; the tokens
         verdicts = [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]]
-        runs[workers] = (_junit(junit), summary, results["sequential"], verdicts)
-    (properties0, outcomes0), summary0, reading0, verdicts0 = runs["0"]
-    (properties2, outcomes2), summary2, reading2, verdicts2 = runs["2"]
+        properties, outcomes = _junit(junit)
+        forwarded = int(properties.pop("longctx.tokens_forwarded"))
+        assert forwarded == results["tokens_forwarded"] > 0
+        runs[workers] = ((properties, outcomes), summary, results["sequential"], verdicts, forwarded)
+    (properties0, outcomes0), summary0, reading0, verdicts0, forwarded0 = runs["0"]
+    (properties2, outcomes2), summary2, reading2, verdicts2, forwarded2 = runs["2"]
     assert outcomes0 == outcomes2 and "failed" in outcomes0.values()
     assert properties0 == properties2 and properties0[f"longctx.verdict.{KEY}"] == "FAIL"
     assert summary0 == summary2 and any("FAIL" in line for line in summary0)
-    assert reading0 == reading2 and reading0["totals"]["items"] < reading0["totals"]["of_items"]
+    assert reading0 == reading2 and reading0["totals"]["tokens"] == forwarded0 <= forwarded2
     assert verdicts0 == verdicts2 and any(key == "facts-2k" and word == "FAIL" for key, _, word in verdicts0)
 
 

@@ -92,7 +92,7 @@ class Thresholds:
             if matched:
                 have = sorted({metric for key in matched for metric in checks[key]})
                 message = (f"{override.source} '{override}': the checks {override.pattern!r} matches ({_examples(matched, 4)}) "
-                           f"have no metric {override.metric!r}; they take {', '.join(have) or 'no threshold'}")
+                           f"have no metric '{override.metric}'; they take {', '.join(have) or 'no threshold'}")
             else:
                 message = (f"{override.source} '{override}': the pattern {override.pattern!r} matches no check of this run; "
                            f"the checks are named like {_examples(keys)}")

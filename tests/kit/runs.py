@@ -33,13 +33,15 @@ def gate_summary(text: str) -> list[str]:
 
 def with_and_without_xdist(pytester, model: Path | str, data: Path | str, baseline: Path | str, *args: str) -> dict[str, tuple]:
     """The gate on ``model`` against ``baseline`` over ``data``'s 2k items run in a process of its own with ``-n 0``
-    and ``-n 2``, each writing a junit file and a results file: {workers: (its RunResult, junit path, results path)}."""
+    and ``-n 2``, each writing a junit file and a results file: {workers: (its RunResult, junit path, results path)}.
+    Neither keeps a score cache, so each forwards its own tokens (the second is not answered from the first's cache)."""
     runs = {}
     for workers in ("0", "2"):
         junit, out = pytester.path / f"junit-{workers}.xml", pytester.path / f"results-{workers}.json"
         result = pytester.runpytest_subprocess(
             "-p", "no:cacheprovider", "-n", workers, f"--junitxml={junit}", f"--longctx-model={model}",
-            f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", f"--longctx-out={out}", *args)
+            f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", f"--longctx-out={out}",
+            "--longctx-cache-dir=off", *args)
         runs[workers] = (result, junit, out)
     return runs
 
