@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from kit.needs import needs
-from kit.runs import gate_summary, with_and_without_xdist
+from kit.runs import run_alike, with_and_without_xdist
 
 ROW, KEY = "Facts recalled at 2k tokens", "facts-2k"  # junit names a row by its key
 
@@ -116,8 +116,7 @@ def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_
     for workers, (result, junit, out) in with_and_without_xdist(pytester, gate_models["degraded"], data_dir, gate_baseline).items():
         assert result.ret == 1
         results = json.loads(out.read_text())
-        summary = [line for line in gate_summary(result.stdout.str())
-                   if "results written to" not in line and "forwarded" not in line]  # names the file; the tokens
+        summary = run_alike(result.stdout.str())
         verdicts = [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]]
         properties, outcomes = _junit(junit)
         forwarded = int(properties.pop("longctx.tokens_forwarded"))

@@ -31,6 +31,12 @@ def gate_summary(text: str) -> list[str]:
     return lines[start + 1:end]
 
 
+def run_alike(text: str) -> list[str]:
+    """The gate's summary lines that two runs of one selection share: not the line naming the results file, nor the
+    tokens forwarded (under pytest-xdist each worker reads the units its tests need: docs/options.md#pytest-xdist)."""
+    return [line for line in gate_summary(text) if "results written to" not in line and "forwarded" not in line]
+
+
 def with_and_without_xdist(pytester, model: Path | str, data: Path | str, baseline: Path | str, *args: str) -> dict[str, tuple]:
     """The gate on ``model`` against ``baseline`` over ``data``'s 2k items run in a process of its own with ``-n 0``
     and ``-n 2``, each writing a junit file and a results file: {workers: (its RunResult, junit path, results path)}.
