@@ -59,7 +59,8 @@ def with_uncertainty(verdict: Verdict, spec: CheckSpec, sides: Sides, config: st
     if length is None or verdict.model is None or verdict.baseline is None:
         return verdict
     found = measure(spec, *sides.items(config, length), keep, verdict.threshold, relative_drop, alpha)
-    verdict.interval, verdict.items, verdict.mdd = found.interval, found.items, found.mdd
+    # a minimum detectable drop is of a value that drops; a check bounded from above (drift) has none
+    verdict.interval, verdict.items, verdict.mdd = found.interval, found.items, None if spec.at_most else found.mdd
     verdict.lost, verdict.gained, verdict.p = found.lost, found.gained, found.p
     verdict.alpha, verdict.bound = alpha, found.bound
     return verdict
