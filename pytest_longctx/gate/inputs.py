@@ -23,7 +23,7 @@ class GateInputs:
         self._check_outputs(invocation_dir)
         self.dataset = load_dataset(options.data, options.sets, options.lengths, options.limit)
         self.baseline_path = (invocation_dir / options.baseline) if options.baseline else None
-        if options.update_baseline and self.baseline_path is None:
+        if options.update_baseline and self.baseline_path is None and options.shard is None:
             raise LongctxError("--longctx-update-baseline: also give the file to write, --longctx-baseline PATH "
                                "(e.g. baselines/my-model.json.gz)")
         if options.update_baseline:  # a file there that cannot be read is refused now, not once the scoring is done

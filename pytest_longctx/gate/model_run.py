@@ -126,8 +126,11 @@ class GateRun:
         return f"{counted}, so it has no loss to check (its targets count in no row either)"
 
     def complete(self) -> dict[str, list[str]]:
-        """config -> lengths whose every selected item is read, or left unread by the reading."""
+        """config -> lengths whose every selected item is read, or left unread by the reading (none in a shard: a set
+        is judged over every shard, by longctx merge)."""
         done: dict[str, list[str]] = {}
+        if self.reader.part is not None:
+            return done
         for config, by_length in self.dataset.configs.items():
             for length, items in by_length.items():
                 keys = [(config, length, i.id) for i in items]
@@ -165,6 +168,9 @@ class GateRun:
     def judge(self, case: Case) -> Outcome:
         """The outcome of one generated test whose unit is read (``ensure``): its word, the lines it fails or is
         skipped with, and the junit properties it records."""
+        elsewhere = self.reader.part.elsewhere(case.kind, case.item if case.kind == "item" else None) if self.reader.part else None
+        if elsewhere:  # a shard judges the items it reads; longctx merge the rest
+            return Outcome(NA, [f"{case.key}: {elsewhere}"])
         if case.kind == "item":
             not_applicable = self.not_applicable(case.item)
             if not_applicable:  # in every mode, read or not: nothing of the item is counted

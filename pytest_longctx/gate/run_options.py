@@ -10,6 +10,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.fronts import read_plugin_options
 from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
+from pytest_longctx.parse import Shard
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class GateOptions:
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
+    shard: Shard | None = None  # --longctx-shard K/N: read this part of the selection for longctx merge (gate/shards.py)
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -72,6 +74,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                            "give it with --longctx-update-baseline, or leave it out")
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
     sequential = _sequential(values["sequential"], values["update-baseline"], bool(values["compressor"]))
+    _check_shard(values)
     threshold = plugin_option("threshold")
     overrides = (*parse_overrides(getini(threshold.plugin_dest) or [], f"ini option {threshold.plugin_dest} in {inipath}",
                                   strict=False),
@@ -87,8 +90,27 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
-        sequential=sequential,
+        sequential=sequential, shard=values["shard"],
     )
+
+
+def _check_shard(values: dict[str, Any]) -> None:
+    """--longctx-shard K/N: a part of the model gate's selection, written to --longctx-out for longctx merge, which
+    judges the whole selection and writes its reports."""
+    shard = values["shard"]
+    if shard is None:
+        return
+    flag = f"--longctx-shard {shard}"
+    if values["compressor"]:
+        raise LongctxError(f"{flag}: it splits the model gate's items; the compressor gate (--longctx-compressor) "
+                           "compresses every session in one run, leave it out")
+    if not values["out"]:
+        raise LongctxError(f"{flag}: give the file this part is written to, --longctx-out PATH (e.g. "
+                           f"part-{shard.index}-of-{shard.count}.json); longctx merge joins the parts")
+    for name in ("markdown", "html", "blame"):
+        if values[name]:
+            raise LongctxError(f"{flag}: --longctx-{name} is about the whole selection, which no shard holds: longctx "
+                               f"merge PARTS writes it{f' (--{name} PATH)' if name != 'blame' else ''}; leave it out here")
 
 
 def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> Sequential:

@@ -13,6 +13,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import from_gate_run
 from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.shard_file import shard_note, shard_record
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
@@ -82,11 +83,13 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
     # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
         try:
-            write_json(options.out, results_json(run, evaluation))
+            write_json(options.out, {**results_json(run, evaluation), **shard_record(run, stopped)})
             notes.append(f"longctx: results written to {options.out}")
         except OSError as exc:
             notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
-    if options.update_baseline and run.baseline_path is not None:
+    if options.shard is not None:  # its part is in --longctx-out; longctx merge judges and reports on every part
+        notes.append(shard_note(run))
+    elif options.update_baseline and run.baseline_path is not None:
         refused, dropped = run.baseline_update(stopped)
         if not refused:
             try:
@@ -101,7 +104,7 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
-    notes.extend(write_reports(run, evaluation))
+    notes.extend(write_reports(run, evaluation) if options.shard is None else [])
     if junit is not None:
         for name, value in suite_properties(run, evaluation):
             junit.add_global_property(name, value)
