@@ -194,6 +194,9 @@ def test_a_part_missing_given_twice_or_of_another_option_set_is_refused(three_pa
     assert f"shard 2/3 is given twice: {two} and {two}" in refused(capsys, one, two, two, three)
     line = refused(capsys, one, str(other), three)
     assert f"{other} (shard 2/3): a part of another run" in line and "(options.thresholds.kl: 0.5 in it, 0.05 there)" in line
+    made = tmp_path / "made.json.gz"
+    assert f"--baseline {made}: these parts judge a model against baseline" in refused(capsys, one, two, three,
+                                                                                       f"--baseline={made}")
     assert not list(tmp_path.iterdir())
 
 
@@ -236,3 +239,23 @@ def test_a_shard_no_split_has_is_refused_before_anything_loads(tmp_path, args, s
     done = run_pytest(tmp_path, "-p", "no:xdist", "--longctx-model=no-such-model", *shard, *args, timeout=120)
     assert done.returncode == 4 and f"ERROR: {said}" in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr and not list(tmp_path.iterdir())
+
+
+def test_a_baseline_made_in_shards_is_the_one_made_whole(gate_models, gate_baseline, data_dir, tmp_path, capsys):
+    """The parts of a baseline update joined by ``longctx merge --baseline``: the file holds what the one made whole
+    (the ``gate_baseline`` fixture, the same model and data) holds; a set of parts with one missing makes none."""
+    paths = []
+    for index in (1, 2, 3):
+        path = tmp_path / f"update-{index}.json"
+        done = run_pytest(tmp_path, "-p", "no:xdist", "--longctx-only", f"--longctx-model={gate_models['reference']}",
+                          f"--longctx-data={data_dir}", "--longctx-lengths=2k", "--longctx-update-baseline",
+                          "--longctx-cache-dir=off", f"--longctx-shard={index}/3", f"--longctx-out={path}", timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        paths.append(str(path))
+    joined = tmp_path / "joined.json.gz"
+    assert "shard 3/3 is missing" in refused(capsys, *paths[:2], f"--baseline={joined}")
+    assert not joined.exists()
+    assert longctx(["merge", *paths, f"--baseline={joined}"]) == 0, capsys.readouterr()
+    mine, whole = load_scores(joined), load_scores(gate_baseline)
+    assert mine.scores == whole.scores and mine.rows == whole.rows and mine.sets == whole.sets and mine.mode == whole.mode
+    assert {k: v for k, v in mine.meta.items() if k != "path"} == {k: v for k, v in whole.meta.items() if k != "path"}
