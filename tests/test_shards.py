@@ -111,10 +111,11 @@ FAIL_OR_PASS = {"PASS", "FAIL"}
 # ------------------------------------------------------------------ as users run it: pytest in shards, then longctx merge
 
 
-def gate(cwd: Path, model: str, data: Path, baseline: Path, *args: str) -> subprocess.CompletedProcess:
-    """The gate on ``model`` over the test data's 2k items against ``baseline``, in a process of its own, every item
-    read by the model (no score cache)."""
-    return run_pytest(cwd, "-p", "no:xdist", "--longctx-only", f"--longctx-model={model}", f"--longctx-data={data}",
+def gate(cwd: Path, model: str, data: Path, baseline: Path, *args: str, xdist: tuple[str, ...] = ("-p", "no:xdist")
+         ) -> subprocess.CompletedProcess:
+    """The gate on ``model`` over the test data's 2k items against ``baseline``, in a process of its own (without
+    pytest-xdist unless ``xdist`` says how), every item read by the model (no score cache)."""
+    return run_pytest(cwd, *xdist, "--longctx-only", f"--longctx-model={model}", f"--longctx-data={data}",
                       "--longctx-lengths=2k", f"--longctx-baseline={baseline}", "--longctx-cache-dir=off", *args, timeout=600)
 
 
@@ -123,12 +124,12 @@ def merge(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=600)
 
 
-def split_run(cwd: Path, count: int, model: str, data: Path, baseline: Path, *args: str) -> list[str]:
+def split_run(cwd: Path, count: int, model: str, data: Path, baseline: Path, *args: str, xdist: tuple[str, ...]) -> list[str]:
     """Every shard of a split ``count`` ways run as a CI job runs it: the files they wrote."""
     paths = []
     for index in range(1, count + 1):
         path = cwd / f"part-{index}-of-{count}.json"
-        done = gate(cwd, model, data, baseline, f"--longctx-shard={index}/{count}", f"--longctx-out={path}", *args)
+        done = gate(cwd, model, data, baseline, f"--longctx-shard={index}/{count}", f"--longctx-out={path}", *args, xdist=xdist)
         # a shard judges its own items (a degraded model fails some) and leaves the rows and cells to the merge
         assert done.returncode in (0, 1) and path.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
         paths.append(str(path))
@@ -144,14 +145,16 @@ def junit_outcomes(path: Path) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("name,mode,count,status", [("degraded", "off", 3, 1), ("reference", "exact", 2, 0)])
+@pytest.mark.parametrize("name,mode,count,status,xdist", [("degraded", "off", 3, 1, ("-p", "no:xdist")),
+                                                          ("reference", "exact", 2, 0, ("-n", "2"))])
 def test_pytest_shards_merged_by_the_command_give_the_unsharded_run(gate_models, gate_baseline, data_dir, tmp_path, name,
-                                                                   mode, count, status):
+                                                                   mode, count, status, xdist):
+    """The shards run with or without pytest-xdist (``xdist``), the unsharded run without."""
     model = gate_models[name]
     whole = gate(tmp_path, model, data_dir, gate_baseline, f"--longctx-sequential={mode}", "--longctx-out=whole.json",
                  "--junitxml=whole.xml")
     assert whole.returncode == status, whole.stdout[-3000:] + whole.stderr[-3000:]
-    paths = split_run(tmp_path, count, model, data_dir, gate_baseline, f"--longctx-sequential={mode}")
+    paths = split_run(tmp_path, count, model, data_dir, gate_baseline, f"--longctx-sequential={mode}", xdist=xdist)
     done = merge(tmp_path, *paths, "--out=merged.json", "--junitxml=merged.xml", "--markdown=merged.md", "--html=merged.html")
     assert done.returncode == status, done.stdout[-3000:] + done.stderr[-3000:]
     assert junit_outcomes(tmp_path / "merged.xml") == junit_outcomes(tmp_path / "whole.xml")

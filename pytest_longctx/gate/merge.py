@@ -246,7 +246,8 @@ def _readings(run: GateRun, parts: Sequence[Part], needed: dict[str, list[ItemKe
         kept.scores.setdefault(config, {}).setdefault(length, {})[item_id] = scores.scores[config][length][item_id]
     return {"scores": kept.to_json(), "failure": None, "forwarded": sum(part.forwarded for part in parts),
             "whole": whole, "readings": {unit: reading.to_json() for unit, reading in readings.items()},
-            "unread": sorted(unread), "warnings": _warnings(parts), "part": None}
+            "unread": sorted(unread), "warnings": _warnings(parts), "part": None,
+            "tests": [], "needed": {}}  # the selection is the merge's own (``run.select``)
 
 
 def _require(keys: Iterable[ItemKey], scores: ScoresFile, unit: str) -> None:

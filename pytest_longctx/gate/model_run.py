@@ -212,12 +212,18 @@ class GateRun:
 
     def export(self) -> str:
         """What a worker hands the controller, as JSON text (execnet carries plain types only)."""
-        return json.dumps({**self.reader.export(), "warnings": self.warnings})
+        return json.dumps({**self.reader.export(), "warnings": self.warnings, "tests": sorted(self.tests),
+                           "needed": {unit: sorted(keys) for unit, keys in self.needed.items()}})
 
     def absorb(self, exported_text: str) -> None:
+        """A worker's reading; and the tests it selected and the items they need, which the controller, collecting
+        nothing itself, records as its selection (a shard's file names it: gate/shard_file.py)."""
         exported = json.loads(exported_text)
         self.reader.absorb(exported)
         self.warnings.extend(w for w in exported["warnings"] if w not in self.warnings)
+        self.tests |= frozenset(exported["tests"])
+        for unit, keys in exported["needed"].items():
+            self.needed.setdefault(unit, set()).update((str(c), str(n), str(i)) for c, n, i in keys)
 
     # -------------------------------------------------------------- the baseline
 
