@@ -9,7 +9,7 @@ the model as it was read (``meta``), and whether its run failed or stopped. Its 
 scores are the results JSON's own ``scores``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -139,7 +139,6 @@ class Part:
     stopped: str | None
     warnings: list[str]
     scores: ScoresFile
-    body: dict[str, Any] = field(repr=False)  # the whole results JSON
 
     @property
     def model(self) -> dict[str, Any] | None:
@@ -181,7 +180,7 @@ def read_part(path: str) -> Part:
             units={str(unit): UnitPlan.from_json(plan) for unit, plan in record["units"].items()},
             slice={(str(c), str(n), str(i)) for c, n, i in record["slice"]}, figures=figures,
             forwarded=int(record["forwarded"]), failure=record["failure"], stopped=record["stopped"],
-            warnings=[str(w) for w in record["warnings"]], scores=scores_from_json(body, str(path)), body=body)
+            warnings=[str(w) for w in record["warnings"]], scores=scores_from_json(body, str(path)))
         part.needed()
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FileProblem(name, f"malformed shard record ({type(exc).__name__}: {exc})", FIX) from None
