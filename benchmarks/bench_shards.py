@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([f"{count} shard{'s' if count > 1 else ''}", f"{sharded:,}", ratio, f"{again:,}", f"{sum(times):.1f}",
                          f"{max(times):.1f}", f"{merging:.1f}", "the whole run's"])
     print(f"{args.model} against {args.baseline}, {args.sets} at {args.lengths}"
-          f"{f', limit {args.limit}' if args.limit else ''}, --longctx-sequential {args.sequential}, no score cache:")
+          f"{f', limit {args.limit}' if args.limit else ''}, --longctx-sequential {args.sequential}, no score cache (each "
+          "shard is a pytest run of its own: its seconds include starting Python and loading the model):")
     print(table(["run", "tokens forwarded", "x whole", "prefixes read again", "shards s (together)", "slowest shard s",
                  "merge s", "outcome"], rows))
-    print("Each shard is a pytest run of its own: its seconds include starting Python and loading the model.")
     return 0
 
 

@@ -6,6 +6,7 @@ reads no fewer items than the unsharded run reads of it. No model runs (tests/ki
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from kit.drawn import Drawn, NoModel, drawn
-from kit.runs import run_pytest
+from kit.runs import gate_summary, run_pytest
 
 from pytest_longctx.cli import main as longctx
 from pytest_longctx.gate.merge import merge_gate
@@ -132,6 +133,9 @@ def split_run(cwd: Path, count: int, model: str, data: Path, baseline: Path, *ar
         done = gate(cwd, model, data, baseline, f"--longctx-shard={index}/{count}", f"--longctx-out={path}", *args, xdist=xdist)
         # a shard judges its own items (a degraded model fails some) and leaves the rows and cells to the merge
         assert done.returncode in (0, 1) and path.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+        summary = gate_summary(done.stdout)  # what it read, and no table of rows: a part judges none
+        assert any(line.startswith(f"longctx: shard {index}/{count}: read ") for line in summary), summary
+        assert not any(line.startswith(("row ", "failing cells")) for line in summary), summary
         paths.append(str(path))
     return paths
 
@@ -218,6 +222,26 @@ def test_a_damaged_or_newer_part_is_refused_naming_it(three_parts, capsys, tmp_p
     assert f"shard {whole}: not a shard's results" in refused(capsys, one, str(whole), three)
 
 
+def edited(path: str, folder: Path, change) -> str:
+    """A copy of the part at ``path`` whose shard record ``change`` edits in place."""
+    body = json.loads(Path(path).read_text())
+    change(body["shard"])
+    copy = folder / f"edited-{Path(path).name}"
+    copy.write_text(json.dumps(body))
+    return str(copy)
+
+
+def test_an_item_in_two_parts_or_a_part_that_failed_is_refused(three_parts, capsys, tmp_path):
+    one, two, three = three_parts[0]
+    theirs = json.loads(Path(one).read_text())["shard"]["slice"][0]
+    doubled = edited(two, tmp_path, lambda record: record["slice"].append(theirs))
+    assert f"item {'/'.join(theirs)} is in two parts, {one} (shard 1/3) and {doubled} (shard 2/3)" in refused(
+        capsys, one, doubled, three)
+    failed = edited(three, tmp_path, lambda record: record.update(failure="the server stopped answering"))
+    assert (f"{failed} (shard 3/3): its reading failed (the server stopped answering); run that shard again, then merge"
+            in refused(capsys, one, two, failed))
+
+
 def test_merge_writes_over_no_file(three_parts, capsys, tmp_path):
     paths = three_parts[0]
     for option in ("--out", "--junitxml", "--markdown", "--html"):
@@ -262,3 +286,17 @@ def test_a_baseline_made_in_shards_is_the_one_made_whole(gate_models, gate_basel
     mine, whole = load_scores(joined), load_scores(gate_baseline)
     assert mine.scores == whole.scores and mine.rows == whole.rows and mine.sets == whole.sets and mine.mode == whole.mode
     assert {k: v for k, v in mine.meta.items() if k != "path"} == {k: v for k, v in whole.meta.items() if k != "path"}
+
+
+def test_a_merge_against_another_baseline_than_the_parts_read_is_refused(every_kind, qwen_tokenizer, capsys, tmp_path):
+    data, baseline = every_kind
+    mine = tmp_path / "baseline.json.gz"
+    shutil.copy(baseline, mine)
+    scores = drawn(load_scores(baseline), 5, 0.1, 0.0)
+    paths, _, _ = parts(tmp_path, 2, Sequential.OFF, data, mine, Thresholds(), scores, qwen_tokenizer, True)
+    changed = load_scores(mine)
+    changed.meta["note"] = "made again"
+    changed.save(mine)
+    assert f"baseline {mine}: not the one the parts were judged against" in refused(capsys, *paths)
+    mine.unlink()
+    assert f"baseline {mine}: the parts were judged against it" in refused(capsys, *paths)

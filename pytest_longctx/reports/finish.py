@@ -105,7 +105,7 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
     notes.extend(write_reports(run, evaluation) if options.shard is None else [])
-    if junit is not None:
+    if junit is not None and options.shard is None:  # a shard's part judges no row: the merge's junit has them
         for name, value in suite_properties(run, evaluation):
             junit.add_global_property(name, value)
     return Finished(evaluation, notes, failed)
