@@ -2,7 +2,10 @@
 split 1, 2 and 3 ways over every set kind the test data has, each part reading the drawn candidate's scores as the
 engine would, then joined by ``merge_gate``: under ``off`` the merged results are the unsharded run's to the last
 digit, under ``exact`` and ``confident`` every test's outcome, every verdict and every stopping record too; a part
-reads no fewer items than the unsharded run reads of it. No model runs (tests/kit/drawn.py)."""
+reads no fewer items than the unsharded run reads of it; no model runs there (tests/kit/drawn.py). Then as users run
+them: pytest --longctx-shard (with and without pytest-xdist) and longctx merge on a tiny trained model and a degraded
+copy, against the unsharded run's junit XML and results JSON; a baseline made in shards against the one made whole;
+and every refusal, one line each."""
 from __future__ import annotations
 
 import json
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from kit.drawn import Drawn, NoModel, drawn
-from kit.runs import gate_summary, run_pytest
+from kit.runs import run_pytest
 
 from pytest_longctx.cli import main as longctx
 from pytest_longctx.gate.merge import merge_gate
@@ -114,10 +117,12 @@ FAIL_OR_PASS = {"PASS", "FAIL"}
 
 def gate(cwd: Path, model: str, data: Path, baseline: Path, *args: str, xdist: tuple[str, ...] = ("-p", "no:xdist")
          ) -> subprocess.CompletedProcess:
-    """The gate on ``model`` over the test data's 2k items against ``baseline``, in a process of its own (without
-    pytest-xdist unless ``xdist`` says how), every item read by the model (no score cache)."""
+    """The gate on ``model`` over the test data's 2k facts and tool calls against ``baseline``, in a process of its own
+    (without pytest-xdist unless ``xdist`` says how), every item read by the model (no score cache). Every set kind
+    is split and merged above, without a model."""
     return run_pytest(cwd, *xdist, "--longctx-only", f"--longctx-model={model}", f"--longctx-data={data}",
-                      "--longctx-lengths=2k", f"--longctx-baseline={baseline}", "--longctx-cache-dir=off", *args, timeout=600)
+                      "--longctx-lengths=2k", "--longctx-sets=facts,tool_calls", f"--longctx-baseline={baseline}",
+                      "--longctx-cache-dir=off", *args, timeout=600)
 
 
 def merge(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -133,7 +138,7 @@ def split_run(cwd: Path, count: int, model: str, data: Path, baseline: Path, *ar
         done = gate(cwd, model, data, baseline, f"--longctx-shard={index}/{count}", f"--longctx-out={path}", *args, xdist=xdist)
         # a shard judges its own items (a degraded model fails some) and leaves the rows and cells to the merge
         assert done.returncode in (0, 1) and path.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
-        summary = gate_summary(done.stdout)  # what it read, and no table of rows: a part judges none
+        summary = done.stdout.split("\nlongctx gate: ", 1)[1].splitlines()  # what it read; no table: a part judges no row
         assert any(line.startswith(f"longctx: shard {index}/{count}: read ") for line in summary), summary
         assert not any(line.startswith(("row ", "failing cells")) for line in summary), summary
         paths.append(str(path))
