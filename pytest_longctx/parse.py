@@ -7,6 +7,8 @@ option and where the value came from (``option_value`` does it in the commands' 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from pytest_longctx.errors import LongctxError
@@ -64,6 +66,30 @@ def significance_level(value: Any) -> float:
     if not 0 < number < 0.5:
         raise ValueError("must be a significance level above 0 and below 0.5, e.g. 0.05")
     return number
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One part of a selection split ``count`` ways, the ``index``-th (from 1): ``2/3``."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard(value: Any) -> Shard:
+    """``K/N``: the K-th (from 1) of N shards."""
+    given = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(value), re.ASCII)
+    if given is None:
+        raise ValueError("expected K/N, the shard (counted from 1) and how many there are, e.g. 2/3")
+    found = Shard(int(given[1]), int(given[2]))
+    if found.count < 1:
+        raise ValueError("N, the number of shards, must be at least 1")
+    if not 1 <= found.index <= found.count:
+        raise ValueError(f"K counts the shards from 1 to N: give 1/{found.count} to {found.count}/{found.count}")
+    return found
 
 
 def option_value(option: str, value: Any, parse: Callable[[Any], T]) -> T:

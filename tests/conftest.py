@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from kit.drawn import session
 from kit.items import build_rows, write_split
 from kit.models import degraded_model, save_model, trained_qwen3, training_sequences
 from kit.needs import import_problem
@@ -131,6 +132,20 @@ def gate_baseline(gate_models, data_dir, tmp_path_factory) -> Path:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"wrote baseline {path}" in result.stdout
     return path
+
+
+@pytest.fixture(scope="module")
+def every_kind(rows, gate_models, tmp_path_factory) -> tuple[Path, Path]:
+    """(the test data with agent sessions beside it, every set kind at 2k; the reference model's baseline of it)."""
+    folder = tmp_path_factory.mktemp("every-kind")
+    for (config, split), split_rows in rows.items():
+        write_split(folder, config, split, split_rows)
+    write_split(folder, "faithfulness", "train", [session(n) for n in range(3)], fmt="jsonl")
+    baseline = folder / "reference.json.gz"
+    result = run_pytest(tmp_path_factory.mktemp("update"), "--longctx-model", gate_models["reference"], "--longctx-data",
+                        str(folder), "--longctx-lengths", "2k", "--longctx-baseline", str(baseline), "--longctx-update-baseline")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, baseline
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,18 @@ def sequential_rows(out: str, _: dict[str, Path]) -> None:
     assert re.search(r"^pytest itself on kv-int4, no score cache: .* every test's outcome the same$", out, re.M), out
 
 
+def shard_rows(out: str, _: dict[str, Path]) -> None:
+    """Every split gave the whole run's outcomes (the script checks each test, and under off every figure); the
+    shards forwarded the whole run's tokens and the shared prefixes again, no fewer."""
+    rows = cells(out, "run")
+    assert [row["run"] for row in rows] == ["whole", "1 shard", "2 shards"], out
+    whole = int(rows[0]["tokens forwarded"].replace(",", ""))
+    for row in rows[1:]:
+        again = int(row["prefixes read again"].replace(",", ""))
+        assert int(row["tokens forwarded"].replace(",", "")) == whole + again and row["outcome"] == "the whole run's", row
+    assert rows[1]["prefixes read again"] == "0", rows[1]  # one shard is the whole run
+
+
 def engine_rows(out: str, _: dict[str, Path]) -> None:
     """The engine runs each distinct prefix once: exactly the prefix tree's token count."""
     rows = cells(out, "set ")
@@ -248,6 +260,8 @@ SHAPES = [
                                                "facts,tool_calls", "--only", "kv-int4", "--real", "kv-int4", "--variants",
                                                "{variants}", "--orders", "3"), sequential_rows),
                  marks=hf(), id="bench_sequential"),
+    pytest.param(Shape("bench_shards.py", ("--baseline", "{baseline}", *DATA, *TWO_K, "--counts", "1,2"), shard_rows),
+                 marks=hf(), id="bench_shards"),
     pytest.param(Shape("held_out_kl.py", ("--text", "{prose}", "--skip", "64", "--tokens", "256", "--checkpoints", "{tool_made}"),
                        held_out), marks=QUANTIZERS, id="held_out_kl"),
     pytest.param(Shape("kl_topk.py", (*DATA, "--baseline", "{baseline}", *TWO_K, "--sets", "facts", "--ks", "16,32",

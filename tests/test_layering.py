@@ -150,7 +150,8 @@ DEFERRED = {
     "pytest_longctx.backends.aliases": {"pytest_longctx.backends.hf"},
     # each subcommand's module, with what it imports (the engine, scipy, torch), loads when that subcommand runs: not for
     # longctx --help or --version
-    "pytest_longctx.cli.main": {"pytest_longctx.cli.score", "pytest_longctx.cli.compare", "pytest_longctx.cli.blame",
+    "pytest_longctx.cli.main": {"pytest_longctx.cli.score", "pytest_longctx.cli.compare", "pytest_longctx.cli.merge",
+                                "pytest_longctx.cli.blame",
                                 "pytest_longctx.cli.gguf_fix_set", "pytest_longctx.cli.build", "pytest_longctx.cli.compress_bench"},
 }
 

@@ -53,6 +53,7 @@ def test_pytest_help_lists_every_plugin_option_and_ini_name():
 # ------------------------------------------------------------------ values drawn for an option
 
 GARBAGE = st.one_of(st.just(""), st.just("  "), st.just(","), st.just("nan"), st.just("-1"), st.just("1.5"), st.just("1e999"),
+                    st.just("2/3"), st.just("0/3"), st.just("4/3"), st.just("1/0"), st.just("a/b"),
                     st.text(min_size=1, max_size=8).filter(lambda t: "\x00" not in t))
 
 
@@ -109,6 +110,12 @@ def independent(value: Value, raw: str) -> tuple[bool, object]:
         if not items or len(tokens) != len(items):
             return False, None
         return True, [f"{t // 1024}k" if t and t % 1024 == 0 else str(t) for t in tokens]
+    if says.startswith("K/N"):
+        parts = [part.strip(" \t\n\r\f\v") for part in raw.split("/")]
+        if len(parts) != 2 or not all(re.fullmatch("[0-9]+", part) for part in parts):
+            return False, None
+        index, count = int(parts[0]), int(parts[1])
+        return 1 <= index <= count, (index, count)
     assert says in ("text", "a path", "a folder"), f"no independent reading of {says!r}: add one"
     return True, raw.strip()
 
@@ -128,6 +135,8 @@ def expected(value: Value, raw: str) -> tuple[bool, object]:
 
 
 def same(a: object, b: object) -> bool:
+    if hasattr(a, "index") and hasattr(a, "count") and isinstance(b, tuple):  # a Shard, meant as (K, N)
+        return (a.index, a.count) == b
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 

@@ -11,7 +11,7 @@ from pytest_longctx import __version__
 from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BENCH, BLAME, BUILD, COMMAND_TEXTS, COMPARE, GGUF_FIX_SET, SCORE, VALIDATE
+from pytest_longctx.options.table import BENCH, BLAME, BUILD, COMMAND_TEXTS, COMPARE, GGUF_FIX_SET, MERGE, SCORE, VALIDATE
 from pytest_longctx.reports.format import visible
 
 Run = Callable[[argparse.Namespace], int]
@@ -47,6 +47,12 @@ def _blame() -> Run:
     return blame.run
 
 
+def _merge() -> Run:
+    from pytest_longctx.cli import merge
+
+    return merge.run
+
+
 def _gguf_fix_set() -> Run:
     from pytest_longctx.cli import gguf_fix_set
 
@@ -71,7 +77,7 @@ def _compress_bench() -> Run:
     return compress_bench.run
 
 
-RUNS: dict[str, Callable[[], Run]] = {SCORE: _score, COMPARE: _compare, BLAME: _blame, GGUF_FIX_SET: _gguf_fix_set,
+RUNS: dict[str, Callable[[], Run]] = {SCORE: _score, COMPARE: _compare, MERGE: _merge, BLAME: _blame, GGUF_FIX_SET: _gguf_fix_set,
                                       BUILD: _build, VALIDATE: _validate, BENCH: _compress_bench}
 
 

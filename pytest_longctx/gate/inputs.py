@@ -21,10 +21,12 @@ class GateInputs:
         self.options = options
         # the baseline comes first: one that is missing or cannot be read is said before any data is built
         self.baseline_path = options.baseline_file(invocation_dir)
-        if options.update_baseline and self.baseline_path is None:
+        if options.update_baseline and self.baseline_path is None and options.shard is None:
             raise LongctxError("--longctx-update-baseline: also give the file to write, --longctx-baseline PATH "
                                "(e.g. baselines/my-model.json.gz)")
-        if options.update_baseline:  # a file there that cannot be read is refused now, not once the scoring is done
+        # a file there that cannot be read is refused now, not once the scoring is done (a shard of an update may name
+        # none: longctx merge --baseline writes the baseline)
+        if options.update_baseline and self.baseline_path is not None:
             try:
                 dropped_items(self.baseline_path, lambda key: True)
             except UnknownLoss as exc:

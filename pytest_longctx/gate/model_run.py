@@ -128,8 +128,11 @@ class GateRun:
         return f"{counted}, so it has no loss to check (its targets count in no row either)"
 
     def complete(self) -> dict[str, list[str]]:
-        """config -> lengths whose every selected item is read, or left unread by the reading."""
+        """config -> lengths whose every selected item is read, or left unread by the reading (none in a shard: a set
+        is judged over every shard, by longctx merge)."""
         done: dict[str, list[str]] = {}
+        if self.reader.part is not None:
+            return done
         for config, by_length in self.dataset.configs.items():
             for length, items in by_length.items():
                 keys = [(config, length, i.id) for i in items]
@@ -167,6 +170,9 @@ class GateRun:
     def judge(self, case: Case) -> Outcome:
         """The outcome of one generated test whose unit is read (``ensure``): its word, the lines it fails or is
         skipped with, and the junit properties it records."""
+        elsewhere = self.reader.part.elsewhere(case.kind, case.item if case.kind == "item" else None) if self.reader.part else None
+        if elsewhere:  # a shard judges the items it reads; longctx merge the rest
+            return Outcome(NA, [f"{case.key}: {elsewhere}"])
         if case.kind == "item":
             not_applicable = self.not_applicable(case.item)
             if not_applicable:  # in every mode, read or not: nothing of the item is counted
@@ -208,12 +214,18 @@ class GateRun:
 
     def export(self) -> str:
         """What a worker hands the controller, as JSON text (execnet carries plain types only)."""
-        return json.dumps({**self.reader.export(), "warnings": self.warnings})
+        return json.dumps({**self.reader.export(), "warnings": self.warnings, "tests": sorted(self.tests),
+                           "needed": {unit: sorted(keys) for unit, keys in self.needed.items()}})
 
     def absorb(self, exported_text: str) -> None:
+        """A worker's reading; and the tests it selected and the items they need, which the controller, collecting
+        nothing itself, records as its selection (a shard's file names it: gate/shard_file.py)."""
         exported = json.loads(exported_text)
         self.reader.absorb(exported)
         self.warnings.extend(w for w in exported["warnings"] if w not in self.warnings)
+        self.tests |= frozenset(exported["tests"])
+        for unit, keys in exported["needed"].items():
+            self.needed.setdefault(unit, set()).update((str(c), str(n), str(i)) for c, n, i in keys)
 
     # -------------------------------------------------------------- the baseline
 

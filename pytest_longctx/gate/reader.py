@@ -15,6 +15,7 @@ from pytest_longctx.gate.inputs import GateInputs
 from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.sequential.driver import read_unit
 from pytest_longctx.gate.sequential.reading import Reading
+from pytest_longctx.gate.shards import ShardPart, reading_mode
 from pytest_longctx.metrics.item_figures import ItemFigures
 from pytest_longctx.options.table import Sequential
 from pytest_longctx.progress import RunProgress
@@ -48,6 +49,8 @@ class GateReader:
         self.progress: RunProgress | None = None
         self.within: Callable[[ItemKey], Any] | None = None  # the order within each set (default: by digest)
         self.source: Callable[..., Scored] = read_plans  # what reads planned items: the engine through the backend
+        # --longctx-shard: this run reads its part of the selection (gate/shards.py)
+        self.part = ShardPart(options.shard) if options.shard is not None else None
 
     def is_read(self, key: ItemKey) -> bool:
         """Whether the item is scored in this run (read, or answered from the score cache)."""
@@ -74,8 +77,9 @@ class GateReader:
                 if keys and self._sequential(unit, read_all):
                     self._read_sequentially(unit, keys, backend, tests)
                 elif keys:
-                    self._read(keys, backend, self.groups[unit])
-                    self.whole += self.groups[unit].whole(sorted(keys))
+                    mine = self.part.slice(keys) if self.part is not None else keys
+                    self._read(mine, backend, self.groups[unit])
+                    self.whole += self.groups[unit].whole(sorted(mine))
                 self.done.add(unit)
                 self._bound(needed)
         except LongctxError as exc:
@@ -107,6 +111,8 @@ class GateReader:
                 self.refused[unit] = str(exc)
                 continue
             self.groups[unit] = Groups.of(plans, how)
+        if self.part is not None:
+            self.part.plan(self.groups, needed)
         self.warnings.extend(n for n in notes if n not in self.warnings)
         if progress and callable(progress) and self.progress is None and not set(needed) <= self.done:
             self.progress = RunProgress(progress(0, 0))
@@ -117,7 +123,8 @@ class GateReader:
         every item still needed at what reading it would forward)."""
         if self.progress is None:
             return
-        left = {unit: [k for k in keys if not self.is_read(k) and k not in self.unread] for unit, keys in needed.items()}
+        left = {unit: [k for k in keys if not self.is_read(k) and k not in self.unread
+                       and (self.part is None or self.part.mine(k))] for unit, keys in needed.items()}
         read = sum(1 for keys in needed.values() for k in keys if self.is_read(k))
         tokens = self.forwarded + sum(self.groups[u].cost(keys, u not in self.readings) for u, keys in left.items()
                                       if keys and u in self.groups)
@@ -133,11 +140,14 @@ class GateReader:
             self._read(set(batch) - {k for k in batch if self.is_read(k)}, backend, groups)
             return {key: self.figures(key) for key in batch}
 
-        reading = read_unit(Sequential(self.options.sequential), self.options.thresholds, selection, inputs.baseline,
-                            baseline_sets, tests, groups, read, self.within)
+        mode, only = Sequential(self.options.sequential), None
+        if self.part is not None:  # a shard reads its part in the global order (gate/shards.py)
+            mode, only = reading_mode(mode), self.part.slice(keys)
+        reading = read_unit(mode, self.options.thresholds, selection, inputs.baseline, baseline_sets, tests, groups, read,
+                            self.within, only)
         self.readings[unit] = reading
-        self.whole += reading.whole
-        self.unread |= keys - set(reading.read)
+        self.whole += reading.whole if only is None else groups.whole(sorted(only))
+        self.unread |= (keys if only is None else only) - set(reading.read)
 
     def _choose_mode(self, backend: Backend) -> None:
         """The tokenization mode, chosen once, before the first item is planned (a fallback to text says so), and
@@ -179,7 +189,7 @@ class GateReader:
         """What a worker hands the controller (execnet carries plain types only)."""
         return {"scores": self.scores.to_json(), "failure": self.failure, "forwarded": self.forwarded, "whole": self.whole,
                 "readings": {unit: reading.to_json() for unit, reading in self.readings.items()},
-                "unread": sorted(self.unread)}
+                "unread": sorted(self.unread), "part": self.part.to_json() if self.part is not None else None}
 
     def absorb(self, exported: dict[str, Any]) -> None:
         part = scores_from_json(exported["scores"])
@@ -192,4 +202,6 @@ class GateReader:
         self.whole += exported["whole"]
         self.readings.update({unit: Reading.from_json(found) for unit, found in exported["readings"].items()})
         self.unread |= {tuple(key) for key in exported["unread"]}
+        if self.part is not None and exported.get("part"):
+            self.part.absorb(exported["part"])
 

@@ -12,6 +12,7 @@ from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.fronts import Given, read_plugin_options
 from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
+from pytest_longctx.parse import Shard
 from pytest_longctx.paths import local_files
 from pytest_longctx.shipped_baselines import baseline_file
 
@@ -50,6 +51,7 @@ class GateOptions:
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
+    shard: Shard | None = None  # --longctx-shard K/N: read this part of the selection for longctx merge (gate/shards.py)
 
     blame_reference: str | None = None  # --longctx-blame-reference: the original a failing gate's blame loads
 
@@ -100,6 +102,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                            "give it with --longctx-update-baseline, or leave it out")
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
     sequential = _sequential(values, values["update-baseline"], bool(values["compressor"]))
+    _check_shard(values)
     threshold = plugin_option("threshold")
     overrides = (*parse_overrides(getini(threshold.plugin_dest) or [], f"ini option {threshold.plugin_dest} in {inipath}",
                                   strict=False),
@@ -115,8 +118,27 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
-        sequential=sequential, blame_reference=values["blame-reference"],
+        sequential=sequential, blame_reference=values["blame-reference"], shard=values["shard"],
     )
+
+
+def _check_shard(values: Given) -> None:
+    """--longctx-shard K/N: a part of the model gate's selection, written to --longctx-out for longctx merge, which
+    judges the whole selection and writes its reports."""
+    shard = values["shard"]
+    if shard is None:
+        return
+    flag = values.said("shard")
+    if values["compressor"]:
+        raise LongctxError(f"{flag}: it splits the model gate's items; the compressor gate (--longctx-compressor) "
+                           "compresses every session in one run, leave it out")
+    if not values["out"]:
+        raise LongctxError(f"{flag}: give the file this part is written to, --longctx-out PATH (e.g. "
+                           f"part-{shard.index}-of-{shard.count}.json); longctx merge joins the parts")
+    for name in ("markdown", "html", "blame"):
+        if values[name]:
+            raise LongctxError(f"{flag}: --longctx-{name} is about the whole selection, which no shard holds: longctx "
+                               f"merge PARTS writes it{f' (--{name} PATH)' if name != 'blame' else ''}; leave it out here")
 
 
 def _sequential(values: Given, update_baseline: bool, compressor: bool) -> Sequential:

@@ -120,7 +120,9 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: str) -> None
             kwargs["action"] = "store_true"
         else:
             kwargs.update(type=_argparse_type(option.value), metavar=option.value.metavar)
-            if option.repeat:
+            if option.repeat and option.positional:
+                kwargs["nargs"] = "+"
+            elif option.repeat:
                 kwargs.update(action="append", default=[])
             else:
                 kwargs["default"] = option.default

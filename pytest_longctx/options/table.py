@@ -22,6 +22,7 @@ from pytest_longctx.options.values import (
     NUMBER,
     PATH,
     ROWS,
+    SHARD,
     Value,
     choice,
     names,
@@ -33,7 +34,8 @@ PYTEST = "pytest"  # the plugin: --longctx-<name>
 CONFIG_NAMES = names("facts,tool_calls")
 SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "gguf-fix-set", "build", "validate",
                                                           "compress-bench")
-COMMANDS = (SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
+MERGE = "merge"
+COMMANDS = (SCORE, COMPARE, MERGE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
 
 # choices and defaults the features that implement them import from here
 MODES = ("auto", "ids", "text")
@@ -153,6 +155,9 @@ COMMAND_TEXTS = (
     Command(COMPARE, "compare results with a baseline: rows, cells, verdicts, what was lost",
             "Compare a model's results with its baseline, as the gate judges them, and show the items and targets that "
             "lost the most, with the text around each target."),
+    Command(MERGE, "join the parts of a sharded run into its verdicts and reports (or its baseline)",
+            "Join the parts of a split run (pytest --longctx-shard K/N) into the verdicts, reports and exit status of one "
+            "run of the whole selection; the parts of a baseline update into the one baseline (--baseline)."),
     Command(BLAME, "which parts of a compressed model make the gate fail, and what to keep",
             "Build hybrids of an original and its compressed candidate (transformers checkpoints of one architecture, or "
             "two GGUF files of one model) and measure, on the failing rows' items, how much of the far drift each part "
@@ -234,6 +239,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("reference_scores", "the reference model's saved scores: the rules effects are measured against it", PATH,
            takes=(SCORE,), also=("--reference-scores",)),
     Option("only", "run only the gate's tests (the repository's own test modules are not imported)"),
+    Option("shard", "read only the K-th of N parts of the selection (split by the items' reading order, balanced by "
+           "tokens) and write it to --longctx-out, for longctx merge to judge with the others", SHARD,
+           doc="read only the K-th of N parts of the selection, a split fixed by the items' reading order and balanced "
+               "by tokens, and write the part to `--longctx-out`; `longctx merge` joins every part into the one "
+               "verdict and the reports of an unsharded run ([scaling.md](scaling.md)); with "
+               "`--longctx-update-baseline`, a part of a baseline that `longctx merge --baseline` joins"),
+    Option("shards", "the shard files to join: every part of one split, each written by --longctx-shard K/N "
+           "(--longctx-out)", text("SHARD"), takes=(MERGE,), positional=True,
+           repeat=True),
     Option("sequential", "how much is read: exact (items one at a time until no outcome of the unread ones can change a "
            "row's or cell's verdict), confident (until an anytime-valid test at --longctx-alpha settles it), off (every "
            "item); default: exact, off for --longctx-update-baseline", choice(*SEQUENTIAL_MODES), ini=True,
@@ -303,7 +317,7 @@ OPTIONS: tuple[Option, ...] = (
                "([performance.md](performance.md))"),
     Option("quiet", "no progress on stderr", takes=(SCORE, BLAME, BENCH)),
     # ------------------------------------------------------------------ reports
-    Option("out", "write the results JSON here", PATH, takes=(PYTEST, SCORE, BLAME), section=REPORTS,
+    Option("out", "write the results JSON here", PATH, takes=(PYTEST, SCORE, BLAME, MERGE), section=REPORTS,
            doc="write the results JSON ([metrics.md](metrics.md#files))"),
     Option("out", "write the report here instead of to stdout", PATH, takes=(COMPARE,)),
     Option("out", "the GGUF file to write (default: fixed.gguf, as the command names it)", text("FILE"), "fixed.gguf",
@@ -312,14 +326,19 @@ OPTIONS: tuple[Option, ...] = (
            required=True),
     Option("out", "write every point's metrics (with breakdowns) as JSON", PATH, takes=(BENCH,)),
     Option("markdown", "write the markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)", PATH,
-           section=REPORTS, doc="write the markdown summary; on GitHub Actions it is also appended to `$GITHUB_STEP_SUMMARY` "
+           takes=(PYTEST, MERGE), section=REPORTS,
+           doc="write the markdown summary; on GitHub Actions it is also appended to `$GITHUB_STEP_SUMMARY` "
                "([reports.md](reports.md))"),
     Option("markdown", "write the report in markdown (e.g. for a CI step summary)", PATH, takes=(BLAME,)),
-    Option("html", "write the HTML report here (one self-contained file)", PATH, section=REPORTS,
+    Option("html", "write the HTML report here (one self-contained file)", PATH, takes=(PYTEST, MERGE), section=REPORTS,
            doc="write the HTML report, one self-contained file ([reports.md](reports.md))"),
     Option("html", "write the report as HTML, with a bar chart of the shares", PATH, takes=(BLAME,),
            doc="write the report as one self-contained HTML file with a bar chart of the restore and damage "
         "shares ([blame.md](blame.md#reports))"),
+    Option("junitxml", "write the junit XML of every test of the gate here, with its properties, as pytest --junitxml "
+           "does", PATH, takes=(MERGE,)),
+    Option("baseline", "join the parts of a baseline update (--longctx-update-baseline --longctx-shard K/N) into this "
+           "new baseline file, identical to one made whole; a path that exists is refused", PATH, takes=(MERGE,)),
     Option("format", "text (default), markdown, json or html", choice(*REPORT_FORMATS), "text", takes=(COMPARE,)),
     Option("top", "items and targets shown (0: all)", whole(0), 10, takes=(COMPARE,)),
     # ------------------------------------------------------------------ blame

@@ -14,6 +14,7 @@ from pytest_longctx.parse import (
     at_least_one,
     comma_list,
     finite_nonnegative,
+    shard,
     significance_level,
     whole_number,
 )
@@ -127,4 +128,5 @@ NUMBER = Value("a finite number >= 0", finite_nonnegative, "X")
 POSITIVE = Value("a number above 0", _above_zero, "X")
 LEVEL = Value("a significance level above 0 and below 0.5", significance_level, "A")
 INTEGER = Value("a whole number", whole_number, "N")
+SHARD = Value("K/N: the K-th of N shards, counted from 1", shard, "K/N")
 BOOLEAN = Value("true or false", _boolean, "true|false")

@@ -12,6 +12,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import Comparison, from_gate_run
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.outcome import Happened
+from pytest_longctx.gate.shard_file import shard_note, shard_record
 from pytest_longctx.paths import STEP_SUMMARY, step_summary, write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
@@ -77,11 +78,13 @@ def finish(run: GateRun, junit: Any, happened: Happened | None = None) -> Finish
     # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
         try:
-            write_json(options.out, results_json(run, comparison))
+            write_json(options.out, {**results_json(run, comparison), **shard_record(run, happened.incomplete())})
             notes.append(f"longctx: results written to {options.out}")
         except OSError as exc:
             notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
-    if options.update_baseline and run.baseline_path is not None:
+    if options.shard is not None:  # its part is in --longctx-out; longctx merge judges and reports on every part
+        notes.append(shard_note(run))
+    elif options.update_baseline and run.baseline_path is not None:
         refused, dropped = run.baseline_update(happened.incomplete())
         if not refused:
             try:
@@ -96,8 +99,8 @@ def finish(run: GateRun, junit: Any, happened: Happened | None = None) -> Finish
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {options.baseline}{narrowed}; commit it beside the checkpoint")
-    notes.extend(write_reports(options, comparison))
-    if junit is not None:
+    notes.extend(write_reports(options, comparison) if options.shard is None else [])
+    if junit is not None and options.shard is None:  # a shard's part judges no row: the merge's junit has them
         for name, value in suite_properties(run, comparison):
             junit.add_global_property(name, value)
     return Finished(evaluation, notes, failed, comparison.verdict, comparison.not_judged)

@@ -137,25 +137,32 @@ def summary_lines(run: Any, finished: Any) -> list[str]:
     lines = [visible(f"longctx gate: {said}; mode {run.scores.mode or 'n/a'}, {scored} items scored{forwarded}")]
     if not options.update_baseline and run.baseline is not None and run.baseline.meta.get("backend") != run.scores.meta.get("backend"):
         lines.append(visible(f"baseline made by {made_by(run.baseline.meta)}; model read by {made_by(run.scores.meta)}"))
-    if evaluation.rows:
-        lines.append(gate_table(evaluation))
-        lines.extend(visible(f"n/a: {note}") for note in evaluation.notes)
-    if evaluation.drift:
-        lines.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
-        lines.append(table(DRIFT_HEADERS, drift_rows(evaluation)))
-        lines.extend(visible(line) for line in damage_lines(evaluation))
-    reading = totals(run.readings.values())
-    if reading is not None:
-        lines.append(reading.text() + ":")
-        lines.append(table(SETTLED_HEADERS, settled_rows(evaluation)))
-    failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
-               and v.metric != KL.name]
-    if failing:
-        lines.append("failing cells:")
-        lines.extend(visible(f"  {v.key}: {v.message()}") for v in failing)
+    if options.shard is None:  # a shard's part judges no row or cell (longctx merge judges every part): no tables
+        lines.extend(_judged(run, evaluation))
     lines.extend(visible(f"longctx: warning: {w}") for w in [*run.warnings, *evaluation.warnings])
     lines.extend(visible(note) for note in notes)
     if finished.not_judged:  # PASS and FAIL are pytest's to say; what kept checks from being judged is the gate's
         lines.append(visible(f"longctx: {finished.outcome}: {finished.not_judged}"))
     return lines
 
+
+def _judged(run: Any, evaluation: Any) -> list[str]:
+    """The summary's tables: the rows, the drift, what sequential reading read, and the failing cells."""
+    found: list[str] = []
+    if evaluation.rows:
+        found.append(gate_table(evaluation))
+        found.extend(visible(f"n/a: {note}") for note in evaluation.notes)
+    if evaluation.drift:
+        found.append("drift at the reads, against the baseline's most likely tokens (KL_K in nats; docs/metrics.md#drift):")
+        found.append(table(DRIFT_HEADERS, drift_rows(evaluation)))
+        found.extend(visible(line) for line in damage_lines(evaluation))
+    reading = totals(run.readings.values())
+    if reading is not None:
+        found.append(reading.text() + ":")
+        found.append(table(SETTLED_HEADERS, settled_rows(evaluation)))
+    failing = [v for v in evaluation.verdicts if v.applicable and not v.passed and v.label not in evaluation.rows
+               and v.metric != KL.name]
+    if failing:
+        found.append("failing cells:")
+        found.extend(visible(f"  {v.key}: {v.message()}") for v in failing)
+    return found

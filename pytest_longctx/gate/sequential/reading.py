@@ -54,6 +54,8 @@ class Reading:
     groups: Mapping[ItemKey, int]  # every item of the unit, the checks' and any other, and its group
     cost: Cost
     whole: int  # the tokens reading every item of the unit forwards (what off forwards)
+    # a shard's part (gate/shards.py): the items it may read; the others stay unread, bounded as unread items are
+    only: frozenset[ItemKey] | None = None
     steps: list[Step] = field(default_factory=list)
     states: list[CheckState] = field(default_factory=list)
 
@@ -87,7 +89,7 @@ class Reading:
         what they share once, and each read is computed exactly as a full read computes it (the same prefix tree
         within the group), so its figures are a full read's to the last bit."""
         needed = self.needed()
-        first = next((key for key in self.order if key in needed), None)
+        first = next((key for key in self.order if key in needed and (self.only is None or key in self.only)), None)
         if first is None:
             return []
         read, rank = set(self.read), {key: n for n, key in enumerate(self.order)}
@@ -177,6 +179,7 @@ class Reading:
             "checks": [{**state.check.to_json(), "figures": [[n, *state.read[n]] for n in state.order],
                         "settled": state.settled.to_json() if state.settled is not None else None}
                        for state in self.states],
+            **({"only": sorted(list(k) for k in self.only)} if self.only is not None else {}),
         }
 
     @classmethod
@@ -200,9 +203,10 @@ def _unread(found: Mapping[str, Any], cost: Cost | None = None) -> Reading:
             raise ValueError(f"the record reads no step of {', '.join('/'.join(k) for k in batch)}")
         return steps[tuple(batch)]
 
+    only = frozenset(tuple(k) for k in found["only"]) if "only" in found else None
     return Reading(Sequential(found["mode"]), found["alpha"], [Check.from_json(c) for c in found["checks"]],
                    [tuple(k) for k in found["order"]], {tuple(g[:3]): g[3] for g in found["groups"]}, cost or recorded,
-                   found["whole"])
+                   found["whole"], only)
 
 
 def replay(found: Mapping[str, Any]) -> Reading:
