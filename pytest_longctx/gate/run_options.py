@@ -17,7 +17,7 @@ class GateOptions:
     """The plugin's options, validated: what to gate, on which data, against which baseline, how
     strictly."""
 
-    model: str | None
+    model: str | None  # the model this run judges (a ladder's first candidate until each rung's own options are made)
     data: str
     sets: list[str] | None
     lengths: list[str] | None
@@ -44,6 +44,7 @@ class GateOptions:
     trust_remote_code: bool = False  # --longctx-trust-remote-code: a model's own code may run
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
+    candidates: tuple[str, ...] = ()  # --longctx-model given several times: a ladder's candidates (gate/ladder_run.py)
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -70,6 +71,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
     if values["narrow-baseline"] and not values["update-baseline"]:
         raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
                            "give it with --longctx-update-baseline, or leave it out")
+    models = _models(values["model"], values["update-baseline"], values["compressor"], values["blame"])
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
     sequential = _sequential(values["sequential"], values["update-baseline"], bool(values["compressor"]))
     threshold = plugin_option("threshold")
@@ -77,7 +79,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                   strict=False),
                  *parse_overrides(getoption(threshold.plugin_dest) or [], f"{threshold.plugin_flag} on the command line"))
     return GateOptions(
-        model=values["model"], data=values["data"], sets=values["sets"], lengths=values["lengths"], limit=values["limit"],
+        model=models[0] if models else None, candidates=models if len(models) > 1 else (), data=values["data"],
+        sets=values["sets"], lengths=values["lengths"], limit=values["limit"],
         mode=values["mode"], baseline=values["baseline"], update_baseline=values["update-baseline"],
         narrow_baseline=values["narrow-baseline"], out=values["out"], only=values["only"],
         allow_beyond_context=values["allow-beyond-context"], dtype=values["dtype"], device=values["device"],
@@ -89,6 +92,23 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
         sequential=sequential,
     )
+
+
+def _models(given: list[str], update_baseline: bool, compressor: str | None, blame: bool) -> tuple[str, ...]:
+    """--longctx-model, once or several times (a ladder of candidates against the one baseline); a ladder refuses
+    what judges or writes for one model only."""
+    twice = sorted({model for model in given if given.count(model) > 1})
+    if twice:
+        raise LongctxError(f"--longctx-model {twice[0]}: given {given.count(twice[0])} times; name each candidate of "
+                           "the ladder once")
+    if len(given) > 1:
+        one_model = [(update_baseline, "--longctx-update-baseline: a baseline is made from one model, the original"),
+                     (bool(compressor), "--longctx-compressor: the compressor gate reads with one model"),
+                     (blame, "--longctx-blame: blames one failing candidate; run it on that candidate alone")]
+        refused = next((why for given_too, why in one_model if given_too), None)
+        if refused:
+            raise LongctxError(f"{refused}; give --longctx-model once (given {len(given)} times: {', '.join(given)})")
+    return tuple(given)
 
 
 def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> Sequential:

@@ -143,9 +143,11 @@ JUDGING = (PYTEST, COMPARE, BLAME)  # the thresholds
 
 OPTIONS: tuple[Option, ...] = (
     # ------------------------------------------------------------------ the model and the data
-    Option("model", "the model to gate: hub id, local folder, .gguf file or alias; without it the plugin does nothing",
-           text("MODEL"), doc="the model to gate: a hub id, a local folder, a `.gguf` file or an alias (such as "
-               "`smollm2-135m`); without it the plugin does nothing"),
+    Option("model", "the model to gate: hub id, local folder, .gguf file or alias; without it the plugin does nothing; "
+           "given several times, a ladder of candidates, each gated against the one baseline", text("MODEL"), repeat=True,
+           doc="the model to gate: a hub id, a local folder, a `.gguf` file or an alias (such as `smollm2-135m`); without "
+               "it the plugin does nothing. Given several times, each is a candidate of one ladder, gated against the one "
+               "baseline, and the run names the smallest that passes ([reports.md](reports.md#the-ladder))"),
     Option("model", "the model to score: hub id, local folder, .gguf file or alias", text("MODEL"), takes=(SCORE,),
            required=True),
     Option("model", "the compressed model: hub id, folder or alias", text("CANDIDATE"), takes=(BLAME,), required=True),
