@@ -6,7 +6,7 @@ import sys
 from typing import NoReturn
 
 from pytest_longctx.backends.builtin import check_backend_settings
-from pytest_longctx.cli import blame, build, compare, compress_bench, gguf_fix_set, score
+from pytest_longctx.cli import blame, build, compare, compress_bench, gguf_fix_set, ladder, score
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.reports.format import visible
 
@@ -25,10 +25,11 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="longctx", description="Long-context agent benchmark: score, compare, blame, gguf-fix-set, build, validate, compress-bench."
+        prog="longctx", description="Long-context agent benchmark: score, compare, ladder, blame, gguf-fix-set, build, validate, "
+                                    "compress-bench."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (score, compare, blame, gguf_fix_set, build, compress_bench):
+    for command in (score, compare, ladder, blame, gguf_fix_set, build, compress_bench):
         command.register(sub)
     return parser
 

@@ -48,6 +48,14 @@ def command_table(command: str) -> str:
                    for o in taken_by(command)])
 
 
+def ladder_table() -> str:
+    """``longctx ladder``'s arguments: its candidates, and every option of the plugin, spelled as pytest takes them."""
+    flags = ", ".join(_code(o.plugin_flag) for o in taken_by(PYTEST))
+    return _table(["argument", "meaning"],
+                  [[_code("MODEL ..."), "the candidates, two or more (also as `--longctx-model`, repeated)"],
+                   ["the plugin's options", f"as the plugin takes them ([above](#the-pytest-plugin)): {flags}"]])
+
+
 def keys_table(table: KeyTable) -> str:
     rows = [[_code(k.name), k.value.says, _code("" if k.default in (None, "") else str(k.default)), k.help] for k in table.keys]
     if table.others:
@@ -62,6 +70,7 @@ def tables() -> dict[str, Callable[[], str]]:
         made.setdefault(f"plugin:{option.section}", lambda s=option.section: plugin_table(s))
     for command in COMMANDS:
         made[f"command:{command}"] = lambda c=command: command_table(c)
+    made["command:ladder"] = ladder_table
     for backend in BUILTIN:
         made[f"keys:{backend.name}"] = lambda t=backend.keys: keys_table(t)
     return made
