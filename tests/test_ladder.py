@@ -8,13 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from kit.models import save_model
 from kit.needs import needs
-from kit.runs import with_and_without_xdist
+from kit.runs import junit_outcomes, with_and_without_xdist
 
 from pytest_longctx.gate.ladder import Rung, by_size, frontier, noise_floor, smallest_passing
 
@@ -77,17 +76,6 @@ def _gate(pytester, data_dir, baseline, models, *args):
                                         *args)
 
 
-def _outcomes(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """(properties, test name -> passed/failed/skipped) of a junit file."""
-    suite = ET.parse(path).getroot().find("testsuite")
-    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    outcomes = {}
-    for case in suite.iter("testcase"):
-        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
-        outcomes[case.get("name")] = outcome
-    return properties, outcomes
-
-
 def _weight_bytes(folder: str) -> int:
     """The bytes of a saved checkpoint's weight files, counted here from the folder."""
     return sum(p.stat().st_size for p in Path(folder).iterdir() if p.suffix in (".safetensors", ".bin"))
@@ -109,12 +97,12 @@ def test_a_ladder_gives_each_candidate_the_verdicts_of_a_run_of_it_alone(pyteste
     ladder = _gate(pytester, data_dir, gate_baseline, models.values(), f"--longctx-out={out}", f"--junitxml={junit}",
                    f"--longctx-markdown={md}", f"--longctx-html={html}")
     assert ladder.ret == 1  # the degraded candidate fails, so the run does
-    results, (properties, outcomes) = json.loads(out.read_text()), _outcomes(junit)
+    results, (properties, outcomes) = json.loads(out.read_text()), junit_outcomes(junit)
     alone = {}
     for label, model in models.items():
         own_out, own_junit = pytester.path / f"{label}.json", pytester.path / f"{label}.xml"
         result = _gate(pytester, data_dir, gate_baseline, [model], f"--longctx-out={own_out}", f"--junitxml={own_junit}")
-        alone[label] = (result.ret, json.loads(own_out.read_text()), *_outcomes(own_junit))
+        alone[label] = (result.ret, json.loads(own_out.read_text()), *junit_outcomes(own_junit))
     for folder, label in names.items():
         ret, own_results, own_properties, own_outcomes = alone[label]
         mine = {name.replace(f"[{folder}]]", "]"): outcome for name, outcome in outcomes.items() if name.endswith(f"[{folder}]]")}
@@ -176,6 +164,20 @@ def test_a_candidate_that_does_not_load_is_one_rung_that_says_why(pytester, gate
     assert results["smallest_passing"] == Path(gate_models["reference"]).name
 
 
+def test_a_candidate_the_baseline_refuses_is_one_rung_that_says_why(pytester, gate_models, data_dir, gate_baseline,
+                                                                     bpe_model, bpe_tokenizer, tmp_path):
+    other = str(save_model(tmp_path / "other-tokenizer", bpe_model, bpe_tokenizer))  # not the baseline's tokenizer
+    out = pytester.path / "ladder.json"
+    result = _gate(pytester, data_dir, gate_baseline, [other, gate_models["reference"]], "-k", "facts",
+                   f"--longctx-out={out}")
+    assert result.ret == 1
+    failed = [line for line in result.outlines if line.startswith("FAILED")]
+    assert failed and all("[other-tokenizer]]" in line for line in failed)
+    rung_of = {r["candidate"]: r for r in json.loads(out.read_text())["ladder"]}
+    assert "made with another tokenizer" in rung_of["other-tokenizer"]["why"]
+    assert rung_of["other-tokenizer"]["verdict"] == "FAIL" and rung_of[Path(gate_models["reference"]).name]["verdict"] == "PASS"
+
+
 def test_bad_ladders_are_refused_before_anything_loads(pytester, gate_models, data_dir, gate_baseline, tmp_path):
     reference, degraded = gate_models["reference"], gate_models["degraded"]
     twin = tmp_path / "elsewhere" / Path(reference).name  # another folder of the same name
@@ -204,7 +206,7 @@ def test_a_ladder_under_xdist_gives_the_same_verdicts(pytester, gate_models, dat
         results = json.loads(out.read_text())
         rungs = [(r["candidate"], r["verdict"], r["items_read"], r["far_kl"]) for r in results["ladder"]]
         verdicts = {name: found["verdicts"] for name, found in results["candidates"].items()}
-        runs[workers] = (_outcomes(junit)[1], rungs, verdicts, results["smallest_passing"])
+        runs[workers] = (junit_outcomes(junit)[1], rungs, verdicts, results["smallest_passing"])
     assert runs["0"] == runs["2"]
 
 

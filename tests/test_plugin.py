@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from kit.needs import needs
-from kit.runs import gate_summary, with_and_without_xdist
+from kit.runs import gate_summary, junit_outcomes, with_and_without_xdist
 
 ROW = "Facts recalled at 2k tokens"
 
@@ -96,16 +96,6 @@ def test_a_baseline_from_other_data_is_refused(pytester, gate_models, data_dir, 
     assert "was scored on different data" in result.stderr.str()
 
 
-def _junit(path):
-    suite = ET.parse(path).getroot().find("testsuite")
-    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    outcomes = {}
-    for case in suite.iter("testcase"):
-        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
-        outcomes[case.get("name")] = outcome
-    return properties, outcomes
-
-
 @needs("xdist", install='pip install -e ".[test]"')
 def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_models, data_dir, gate_baseline):
     """The same gate with -n 0 and -n 2: the same outcomes, junit properties and summary, and sequential reading
@@ -117,7 +107,7 @@ def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_
         results = json.loads(out.read_text())
         summary = [line for line in gate_summary(result.stdout.str()) if "results written to" not in line]  # names the file
         verdicts = [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]]
-        runs[workers] = (_junit(junit), summary, results["sequential"], verdicts)
+        runs[workers] = (junit_outcomes(junit), summary, results["sequential"], verdicts)
     (properties0, outcomes0), summary0, reading0, verdicts0 = runs["0"]
     (properties2, outcomes2), summary2, reading2, verdicts2 = runs["2"]
     assert outcomes0 == outcomes2 and "failed" in outcomes0.values()

@@ -4,15 +4,16 @@ appended to ``$GITHUB_STEP_SUMMARY`` when CI sets it), the HTML report (``--long
 and the junit suite properties, written; and what that leaves for the summary (``Finished``)."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.comparison import from_gate_run
-from pytest_longctx.gate.evaluation import Evaluation
 from pytest_longctx.gate.model_run import GateRun
+from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports.format import write_json
 from pytest_longctx.reports.html import html_report
@@ -48,23 +49,32 @@ def append(path: str, text: str) -> None:
         handle.write(text)
 
 
-def write_reports(run: GateRun, evaluation: Evaluation) -> list[str]:
-    """Write the reports asked for; the summary's notes about them."""
-    options, ci = run.options, step_summary()
-    if not (options.markdown or options.html or ci):
-        return []
-    comparison = from_gate_run(run, evaluation)
+def write_results(path: str, body: Callable[[], dict[str, Any]]) -> str:
+    """The results JSON written to ``path``; the summary's note about it. The paths were checked before any work
+    (gate/inputs.py); a failure now (a full disk, a folder removed meanwhile) is a note in the summary, not a
+    traceback that hides the results."""
+    try:
+        write_json(path, body())
+    except OSError as exc:
+        return f"longctx: results NOT written to {path}: {exc.strerror or exc}"
+    return f"longctx: results written to {path}"
+
+
+def write_reports(options: GateOptions, markdown: Callable[[], str], html: Callable[[], str]) -> list[str]:
+    """Write the reports asked for, each made only when asked for (``markdown()``: the markdown summary, also appended
+    to a CI step summary; ``html()``: the HTML report); the summary's notes about them."""
+    ci = step_summary()
     notes = []
     try:
         if options.markdown or ci:
-            summary = ci_summary(comparison)
+            summary = markdown()
             if options.markdown:
                 write_text_atomically(options.markdown, summary)
                 notes.append(f"longctx: markdown summary written to {options.markdown}")
             if ci:
                 append(ci, summary)
         if options.html:
-            write_text_atomically(options.html, html_report(comparison))
+            write_text_atomically(options.html, html())
             notes.append(f"longctx: HTML report written to {options.html}")
     except OSError as exc:
         notes.append(f"longctx: a report could not be written: {exc.filename}: {exc.strerror}")
@@ -78,14 +88,8 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
     notes = []
     failed = None
     options = run.options
-    # the paths were checked before any work (GateRun); a failure now (a full disk, a folder
-    # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
-        try:
-            write_json(options.out, results_json(run, evaluation))
-            notes.append(f"longctx: results written to {options.out}")
-        except OSError as exc:
-            notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
+        notes.append(write_results(options.out, lambda: results_json(run, evaluation)))
     if options.update_baseline and run.baseline_path is not None:
         refused, dropped = run.baseline_update(stopped)
         if not refused:
@@ -101,7 +105,8 @@ def finish(run: GateRun, junit: Any, stopped: str | None = None) -> Finished:
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {run.baseline_path}{narrowed}; commit it beside the checkpoint")
-    notes.extend(write_reports(run, evaluation))
+    comparison = functools.cache(lambda: from_gate_run(run, evaluation))  # made once, and only for a report
+    notes.extend(write_reports(options, lambda: ci_summary(comparison()), lambda: html_report(comparison())))
     if junit is not None:
         for name, value in suite_properties(run, evaluation):
             junit.add_global_property(name, value)

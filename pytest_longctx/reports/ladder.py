@@ -17,11 +17,10 @@ from pytest_longctx.gate.ladder_run import LadderRun
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.verdict import verdict_word
 from pytest_longctx.numbers import delta, number
-from pytest_longctx.paths import write_text_atomically
 from pytest_longctx.reports import plots
-from pytest_longctx.reports.finish import Finished, append, step_summary
+from pytest_longctx.reports.finish import Finished, write_reports, write_results
 from pytest_longctx.reports.format import html_text as escape
-from pytest_longctx.reports.format import markdown_text, size_text, table, visible, write_json
+from pytest_longctx.reports.format import markdown_text, size_text, table, visible
 from pytest_longctx.reports.html import html_figure, html_page, html_section, html_table
 from pytest_longctx.reports.junit import suite_properties
 from pytest_longctx.reports.markdown import md_table
@@ -213,23 +212,8 @@ def ladder_properties(ladder: LadderRun, report: LadderReport) -> list[tuple[str
 def finish(ladder: LadderRun, junit: Any, stopped: str | None = None) -> Finished:
     """Everything the ladder was asked to write; its report for the summary."""
     report = ladder_report(ladder, stopped)
-    options, ci, notes = ladder.options, step_summary(), []
-    try:
-        if options.out:
-            write_json(options.out, report.to_json(ladder.rungs))
-            notes.append(f"longctx: results written to {options.out}")
-        if options.markdown or ci:
-            summary = ladder_markdown(report)
-            if options.markdown:
-                write_text_atomically(options.markdown, summary)
-                notes.append(f"longctx: markdown summary written to {options.markdown}")
-            if ci:
-                append(ci, summary)
-        if options.html:
-            write_text_atomically(options.html, ladder_html(report))
-            notes.append(f"longctx: HTML report written to {options.html}")
-    except OSError as exc:
-        notes.append(f"longctx: a report could not be written: {exc.filename}: {exc.strerror}")
+    notes = [write_results(ladder.options.out, lambda: report.to_json(ladder.rungs))] if ladder.options.out else []
+    notes += write_reports(ladder.options, lambda: ladder_markdown(report), lambda: ladder_html(report))
     if junit is not None:
         for name, value in ladder_properties(ladder, report):
             junit.add_global_property(name, value)

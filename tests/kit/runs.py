@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,3 +37,14 @@ def with_and_without_xdist(pytester, model: Path | str, data: Path | str, baseli
             f"--longctx-data={data}", "--longctx-lengths=2k", f"--longctx-baseline={baseline}", f"--longctx-out={out}", *args)
         runs[workers] = (result, junit, out)
     return runs
+
+
+def junit_outcomes(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(the suite's properties, test name -> passed / failed / skipped) of a junit file."""
+    suite = ET.parse(path).getroot().find("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    outcomes = {}
+    for case in suite.iter("testcase"):
+        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
+        outcomes[case.get("name")] = outcome
+    return properties, outcomes
