@@ -4,6 +4,7 @@ are those of a run of it alone, a candidate that does not load is one rung that 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import shutil
 import subprocess
@@ -15,7 +16,10 @@ from kit.models import save_model
 from kit.needs import needs
 from kit.runs import junit_outcomes, with_and_without_xdist
 
-from pytest_longctx.gate.ladder import Rung, by_size, frontier, noise_floor, smallest_passing
+from pytest_longctx.data.records import Kind
+from pytest_longctx.gate.ladder import Rung, by_size, frontier, item_drift, noise_floor, racing_order, smallest_passing
+from pytest_longctx.metrics.drift import ItemDrift, ReadSums
+from pytest_longctx.metrics.item_figures import ItemFigures
 
 ROW = "Facts recalled at 2k tokens"
 
@@ -65,6 +69,23 @@ def test_the_originals_drift_is_the_noise_floor_and_a_threshold_too_close_to_it_
     roomy = noise_floor([Rung(**{**original.__dict__, "drift_threshold": 0.1})])  # 0.1 >= 2 x 0.03
     assert len(roomy) == 1
     assert noise_floor([rung("q4", 40, 0.2, "FAIL")]) == []  # no original, no floor
+
+
+def test_the_racing_order_reads_first_the_items_earlier_candidates_drifted_most_on():
+    keys = [("facts", "2k", f"f{n}") for n in range(6)]
+    order = racing_order({keys[4]: 0.5, keys[1]: 2.0, keys[2]: 0.5})
+    rest = sorted([keys[0], keys[3], keys[5]], key=lambda k: hashlib.sha256("/".join(k).encode()).hexdigest())
+    tied = sorted([keys[4], keys[2]], key=lambda k: hashlib.sha256("/".join(k).encode()).hexdigest())
+    assert sorted(keys, key=order) == [keys[1], *tied, *rest]
+
+
+def test_an_items_drift_is_its_mean_far_kl_else_its_loss():
+    reads = ReadSums(reads=4, kl=2.0, same_top1=3, dlogp_reads=4, dlogp=-1.0, nonfinite=0)
+    none = ReadSums(reads=0, kl=0.0, same_top1=0, dlogp_reads=0, dlogp=0.0, nonfinite=0)
+    assert item_drift(ItemFigures(Kind.FACTS, drift=ItemDrift(reads, none, none), loss=0.3)) == 0.5
+    assert item_drift(ItemFigures(Kind.FACTS, drift=ItemDrift(none, reads, reads), loss=0.3)) == 0.3  # no far reads
+    assert item_drift(ItemFigures(Kind.RULES, loss=0.7)) == 0.7
+    assert item_drift(ItemFigures(Kind.RULES)) is None
 
 
 # -------------------------------------------------------------- the plugin, on tiny models
@@ -132,6 +153,38 @@ def test_a_ladder_gives_each_candidate_the_verdicts_of_a_run_of_it_alone(pyteste
     assert 'id="ladder-table"' in page and (f'id="rung-{half}"' in page or "No plot: matplotlib" in page)
 
 
+WATCH = """
+import gc, json, pathlib, sys
+
+ALIVE = []
+
+def pytest_runtest_teardown(item):
+    torch = sys.modules.get("torch")
+    found = [] if torch is None else [
+        o.config._name_or_path for o in gc.get_objects()
+        if isinstance(o, torch.nn.Module) and hasattr(o, "config") and type(o).__name__.endswith("ForCausalLM")]
+    ALIVE.append([item.name, sorted(set(found))])
+    pathlib.Path("alive.json").write_text(json.dumps(ALIVE))
+"""
+
+
+def test_one_candidate_is_in_memory_at_a_time(pytester, gate_models, data_dir, gate_baseline, half_model):
+    """After every test of a ladder, the models alive in the process: the candidate the test judged, and no other."""
+    pytester.makepyfile(watch_models=WATCH)
+    pytester.syspathinsert()
+    models = [half_model, gate_models["degraded"], gate_models["reference"]]
+    result = _gate(pytester, data_dir, gate_baseline, models, "-p", "watch_models", "-k", "test_row")
+    assert result.ret == 1
+    alive = json.loads((pytester.path / "alive.json").read_text())
+    candidates = {Path(m).name: str(m) for m in models}
+    seen = []
+    for name, loaded in alive:
+        judged = name.rsplit("[", 1)[1].rstrip("]")
+        assert [m for m in loaded if m in candidates.values()] == [candidates[judged]], (name, loaded)
+        seen.append(judged)
+    assert list(dict.fromkeys(seen)) == list(candidates)  # candidate by candidate, in the order given
+
+
 def test_k_selects_one_candidate_by_its_name_in_the_test_ids(pytester, gate_models, data_dir, gate_baseline):
     reference = Path(gate_models["reference"]).name
     out = pytester.path / "one.json"
@@ -190,11 +243,25 @@ def test_bad_ladders_are_refused_before_anything_loads(pytester, gate_models, da
     for words, models in refused.items():
         result = _gate(pytester, data_dir, gate_baseline, models)
         assert result.ret == pytest.ExitCode.USAGE_ERROR and words in result.stderr.str(), words
+    result = _gate(pytester, data_dir, gate_baseline, [reference], "--longctx-ladder-order=drift")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "orders the reading of a ladder's candidates" in result.stderr.str()
     for option, words in (("--longctx-update-baseline", "a baseline is made from one model, the original"),
                           ("--longctx-blame", "blames one failing candidate")):
         result = _gate(pytester, data_dir, gate_baseline, [reference, degraded], option)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, option
         assert words in result.stderr.str() and "give --longctx-model once (given 2 times" in result.stderr.str()
+
+
+def test_the_racing_order_gives_the_verdicts_of_the_digest_order(pytester, gate_models, data_dir, gate_baseline,
+                                                                  half_model):
+    found = {}
+    for order in ("digest", "drift"):
+        junit = pytester.path / f"{order}.xml"
+        result = _gate(pytester, data_dir, gate_baseline, [half_model, gate_models["degraded"]], "--longctx-cache-dir=off",
+                       f"--longctx-ladder-order={order}", f"--junitxml={junit}")
+        assert result.ret == 1
+        found[order] = junit_outcomes(junit)[1]
+    assert found["digest"] == found["drift"] and "failed" in found["drift"].values()
 
 
 @needs("xdist", install='pip install -e ".[test]"')

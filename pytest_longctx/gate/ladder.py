@@ -1,13 +1,17 @@
 """A ladder of candidates judged against one baseline, as figures: each candidate's rung (what it is, its size on
 disk, its drift, its verdict and what judging it cost), the rungs ordered by size, the Pareto frontier (no smaller
-candidate drifts less far back), the smallest candidate that passes, and where the original itself is a rung, its drift
-as the run's noise floor. Pure: the rungs are made from the finished runs in reports/ladder.py."""
+candidate drifts less far back), the smallest candidate that passes, where the original itself is a rung its drift as the
+run's noise floor, and the racing order a candidate may read in (first the items the candidates before it drifted most
+on). Pure: the rungs are made from the finished runs in reports/ladder.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping
 
+from pytest_longctx.data.records import ItemKey
+from pytest_longctx.gate.sequential.checks import item_digest
 from pytest_longctx.gate.verdict import PASS
+from pytest_longctx.metrics.item_figures import ItemFigures
 
 # a drift threshold is "well above" the noise floor when at least this many times the original's own far drift
 FLOOR_MARGIN = 2.0
@@ -106,3 +110,20 @@ def noise_floor(rungs: list[Rung]) -> list[str]:
                          f"{FLOOR_MARGIN:g} times it): remake the baseline with this run's engine, dtype and device, or "
                          "raise --longctx-max-kl")
     return lines
+
+
+def item_drift(figures: ItemFigures) -> float | None:
+    """How far a candidate moved on one item: its mean KL_K at far reads where it has drift figures, else the
+    log-probability it lost per scored token (its item check's figure); None where neither is known."""
+    far = figures.drift.far if figures.drift is not None else None
+    if far is not None and far.reads:
+        return far.kl / far.reads
+    return figures.loss
+
+
+def racing_order(drifts: Mapping[ItemKey, float]) -> Callable[[ItemKey], tuple[int, float, str]]:
+    """The rank a candidate reads each set's items by under ``--longctx-ladder-order drift``: first the items the
+    candidates before it drifted most on (``drifts``: the largest drift any of them showed on an item), then the rest,
+    each by its digest as a run of one model reads them. Made from the earlier candidates' figures alone, before the
+    candidate reads, so sequential reading's stopping rule holds as it does for any fixed order (SPEC 3.4)."""
+    return lambda key: (0, -drifts[key], item_digest(key)) if key in drifts else (1, 0.0, item_digest(key))

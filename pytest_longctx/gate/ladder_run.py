@@ -3,7 +3,8 @@ run (a ``GateSession``). The data and the baseline are loaded and checked once (
 candidate is a rung, a ``GateRun`` of its own over them, so it gets exactly the cases, the sequential reading and the
 verdicts a run of it alone gives. Its cases carry its name, which the test ids show (``facts-2k[w8a8]``). The plugin
 loads one candidate at a time (plugin/fixtures.py); one that does not load is a rung that says why
-(``GateRun.not_loaded``), and the others are judged."""
+(``GateRun.not_loaded``), and the others are judged. Under ``--longctx-ladder-order drift`` a candidate, once loaded
+and before it reads, takes the racing order of the drift the candidates before it showed (gate/ladder.py)."""
 from __future__ import annotations
 
 import json
@@ -12,11 +13,14 @@ from pathlib import Path
 from typing import Iterable
 
 from pytest_longctx.backends.aliases import aliases, resolve_model
+from pytest_longctx.data.records import ItemKey
 from pytest_longctx.errors import LongctxError, without_credentials
 from pytest_longctx.gate.gate_session import Case
 from pytest_longctx.gate.inputs import GateInputs
+from pytest_longctx.gate.ladder import item_drift, racing_order
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.run_options import GateOptions
+from pytest_longctx.options.table import LadderOrder
 
 
 def candidate_name(model: str) -> str:
@@ -92,8 +96,24 @@ class LadderRun:
     def loaded(self, candidate: str, seconds: float, failure: str | None) -> None:
         """The plugin loaded a candidate (in ``seconds``), or could not (``failure``: its tests and its rung say why)."""
         self.loading[candidate] = self.loading.get(candidate, 0.0) + seconds
+        rung = self.rungs[candidate]
         if failure is not None:
-            self.rungs[candidate].not_loaded(f"the model did not load: {failure}")
+            rung.not_loaded(f"the model did not load: {failure}")
+        elif self.options.ladder_order == LadderOrder.DRIFT and rung.reader.within is None:  # fixed before it reads
+            rung.reader.within = racing_order(self.drifts_before(candidate))
+
+    def drifts_before(self, candidate: str) -> dict[ItemKey, float]:
+        """The largest drift each item showed in the candidates before ``candidate`` (those read in this process)."""
+        found: dict[ItemKey, float] = {}
+        for name, run in self.rungs.items():
+            if name == candidate:
+                break
+            for config, length, item_id, _ in run.scores.items():
+                drift = item_drift(run.reader.figures((config, length, item_id)))
+                if drift is not None:
+                    key = (config, length, item_id)
+                    found[key] = max(drift, found.get(key, drift))
+        return found
 
     # -------------------------------------------------------------- xdist
 

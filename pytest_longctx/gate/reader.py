@@ -173,6 +173,13 @@ class GateReader:
                 self.warnings.extend(compare_judged(self.inputs.baseline.meta, self.scores.meta).warnings)
         self.merge(scored.scores)
 
+    def release(self) -> None:
+        """Let go of what the reading keeps of the model (each unit's shared prefix, run once and kept for the unit's
+        next group of items), so that the model can be freed: a ladder's candidate, before the next is loaded."""
+        for groups in self.groups.values():
+            if groups.shared is not None:
+                groups.shared.release()
+
     def merge(self, part: ScoresFile) -> None:
         for config, length, item_id, scores in part.items():
             self.scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = scores

@@ -9,7 +9,7 @@ from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.fronts import read_plugin_options
-from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
+from pytest_longctx.options.table import THRESHOLD_FIELDS, LadderOrder, Sequential, plugin_option
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class GateOptions:
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
     candidates: tuple[str, ...] = ()  # --longctx-model given several times: a ladder's candidates (gate/ladder_run.py)
+    ladder_order: LadderOrder = LadderOrder.DIGEST  # --longctx-ladder-order: how its candidates after the first read
 
     def data_args(self) -> list[str]:
         """The command-line options that select the data, to repeat in a hint."""
@@ -90,7 +91,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                  if field != "overrides"}, overrides=overrides),
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
-        sequential=sequential,
+        sequential=sequential, ladder_order=_ladder_order(values["ladder-order"], models),
     )
 
 
@@ -109,6 +110,14 @@ def _models(given: list[str], update_baseline: bool, compressor: str | None, bla
         if refused:
             raise LongctxError(f"{refused}; give --longctx-model once (given {len(given)} times: {', '.join(given)})")
     return tuple(given)
+
+
+def _ladder_order(given: str | None, models: tuple[str, ...]) -> LadderOrder:
+    """--longctx-ladder-order: digest unless given, and given for a ladder only."""
+    if given and len(models) < 2:
+        raise LongctxError(f"--longctx-ladder-order {given}: orders the reading of a ladder's candidates; give "
+                           "--longctx-model once per candidate, or leave it out")
+    return LadderOrder(given) if given else LadderOrder.DIGEST
 
 
 def _sequential(given: str | None, update_baseline: bool, compressor: bool) -> Sequential:

@@ -59,6 +59,14 @@ class Sequential(Name):
 
 
 SEQUENTIAL_MODES = tuple(mode.value for mode in Sequential)
+
+
+class LadderOrder(Name):
+    """The order a ladder's candidates after the first read each set's items in (--longctx-ladder-order,
+    docs/reports.md#the-ladder)."""
+
+    DIGEST = "digest"  # by the digest of each item's key, as a run of one model reads them
+    DRIFT = "drift"  # first the items the candidates before it drifted most on
 SEQUENTIAL_ALPHA = 0.05  # the level of confident's tests where --longctx-alpha is not given
 
 
@@ -212,6 +220,13 @@ OPTIONS: tuple[Option, ...] = (
                "thresholds) are settled, `exact` or `confident` ([metrics.md](metrics.md#sequential-reading)); the "
                "results JSON keeps the stopping record; a file saved with `--save_scores` must hold every item, so "
                "that takes `off` only"),
+    Option("ladder-order", "a ladder's candidates after the first read each set's items by digest (as a run of one "
+           "model; default) or by drift (first the items the candidates before drifted most on)",
+           choice(*(order.value for order in LadderOrder)), ini=True,
+           doc="with `--longctx-model` given several times: the order in which each candidate after the first reads "
+               "each set's items. `digest` (the default): by the digest of each item's key, as a run of one model. "
+               "`drift`: first the items the candidates before it drifted most on, fixed before it reads, so exact "
+               "reading still gives the verdicts of reading every item ([reports.md](reports.md#the-ladder))"),
     Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)",
            takes=LOADING, doc="score texts longer than the model's context window (`max_position_embeddings`, or the GGUF's "
                "context length; a model with RoPE scaling configured has no limit here). Without it such a run "

@@ -110,8 +110,9 @@ class Candidates:
         return backend
 
     def close(self) -> None:
-        """Release the candidate in memory, before the next is loaded."""
+        """Release the candidate in memory, and what its reading keeps of it, before the next is loaded."""
         if self.loaded is not None:
+            self.ladder.rungs[self.loaded[0]].reader.release()
             close(self.loaded[1])
             self.loaded = None
             gc.collect()
