@@ -47,7 +47,6 @@ class LadderRun:
 
     def __init__(self, options: GateOptions, invocation_dir: Path):
         self.options = options
-        self.thresholds = options.thresholds
         names = {model: candidate_name(model) for model in options.candidates}
         self._refuse_ambiguous(names)
         self.inputs = GateInputs(options, invocation_dir)
