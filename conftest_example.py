@@ -25,7 +25,7 @@ def quantize_int8_(model) -> None:
 
 
 @pytest.fixture(scope="session")
-def longctx_backend(request):
+def longctx_backend(longctx_run):
     """Hand the gate a model object you loaded (and compressed) yourself, instead of an id.
 
     The generated tests score whatever this fixture returns: anything with
@@ -36,7 +36,7 @@ def longctx_backend(request):
     from pytest_longctx.backends.aliases import resolve_model
     from pytest_longctx.backends.hf import TransformersBackend
 
-    name = request.config.getoption("longctx_model")
+    name = longctx_run.options.model  # --longctx-model as given (getoption("longctx_model") is a list: it repeats)
     path = resolve_model(name)  # aliases such as smollm2-135m; ids and folders unchanged
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()

@@ -106,7 +106,7 @@ def test_a_baseline_made_before_the_config_leaves_it_out_with_a_warning(tmp_path
     ScoresFile(mode="ids", meta={}, scores={"facts": {"2k": facts}}).save(tmp_path / "old.json")
 
     def run(**given):
-        values = {"longctx_model": "m", "longctx_data": str(tmp_path), "longctx_baseline": "old.json", **given}
+        values = {"longctx_model": ["m"], "longctx_data": str(tmp_path), "longctx_baseline": "old.json", **given}
         return GateRun(read_options(values.get, lambda name: None, None), tmp_path)
 
     left_out = run()

@@ -143,16 +143,16 @@ DEFERRED = {
     "pytest_longctx.plugin.gates": {"pytest_longctx.compress.report", "pytest_longctx.compress.run",
                                     "pytest_longctx.plugin.compressor_tests", "pytest_longctx.gate.model_run",
                                     "pytest_longctx.plugin.blame", "pytest_longctx.plugin.model_tests",
-                                    "pytest_longctx.reports.finish", "pytest_longctx.reports.text"},
+                                    "pytest_longctx.reports.finish", "pytest_longctx.reports.text",
+                                    "pytest_longctx.gate.ladder_run", "pytest_longctx.reports.ladder"},
     "pytest_longctx.backends.builtin": {"pytest_longctx.backends.hf", "pytest_longctx.backends.llama_cpp",
                                         "pytest_longctx.backends.vllm", "pytest_longctx.backends.hybrids.gguf",
                                         "pytest_longctx.backends.hybrids.transformers"},
     "pytest_longctx.backends.aliases": {"pytest_longctx.backends.hf"},
     # each subcommand's module, with what it imports (the engine, scipy, torch), loads when that subcommand runs: not for
     # longctx --help or --version
-    "pytest_longctx.cli.main": {"pytest_longctx.cli.score", "pytest_longctx.cli.compare", "pytest_longctx.cli.merge",
-                                "pytest_longctx.cli.blame",
-                                "pytest_longctx.cli.gguf_fix_set", "pytest_longctx.cli.build", "pytest_longctx.cli.compress_bench"},
+    "pytest_longctx.cli.main": {f"pytest_longctx.cli.{name}" for name in ("score", "compare", "merge", "ladder", "blame",
+                                                                         "gguf_fix_set", "build", "compress_bench")},
 }
 
 

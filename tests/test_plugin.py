@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from kit.needs import needs
-from kit.runs import run_alike, with_and_without_xdist
+from kit.runs import junit_outcomes, run_alike, with_and_without_xdist
 
 ROW, KEY = "Facts recalled at 2k tokens", "facts-2k"  # junit names a row by its key
 
@@ -96,16 +96,6 @@ def test_a_baseline_from_other_data_is_refused(pytester, gate_models, data_dir, 
     assert "was scored on different data" in result.stderr.str()
 
 
-def _junit(path):
-    suite = ET.parse(path).getroot().find("testsuite")
-    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    outcomes = {}
-    for case in suite.iter("testcase"):
-        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
-        outcomes[case.get("name")] = outcome
-    return properties, outcomes
-
-
 @needs("xdist", install='pip install -e ".[test]"')
 def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_models, data_dir, gate_baseline):
     """The same gate with -n 0 and -n 2: the same outcomes, junit properties and summary, and sequential reading
@@ -118,7 +108,7 @@ def test_xdist_gives_the_same_verdicts_junit_summary_and_reading(pytester, gate_
         results = json.loads(out.read_text())
         summary = run_alike(result.stdout.str())
         verdicts = [(v["key"], v["metric"], v["verdict"]) for v in results["verdicts"]]
-        properties, outcomes = _junit(junit)
+        properties, outcomes = junit_outcomes(junit)
         forwarded = int(properties.pop("longctx.tokens_forwarded"))
         assert forwarded == results["tokens_forwarded"] > 0
         runs[workers] = ((properties, outcomes), summary, results["sequential"], verdicts, forwarded)

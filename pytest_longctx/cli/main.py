@@ -11,7 +11,7 @@ from pytest_longctx import __version__
 from pytest_longctx.backends.builtin import check_backend_settings
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.options.fronts import add_command_arguments
-from pytest_longctx.options.table import BENCH, BLAME, BUILD, COMMAND_TEXTS, COMPARE, GGUF_FIX_SET, MERGE, SCORE, VALIDATE
+from pytest_longctx.options.table import BENCH, BLAME, BUILD, COMMAND_TEXTS, COMPARE, GGUF_FIX_SET, LADDER, MERGE, SCORE, VALIDATE
 from pytest_longctx.reports.format import visible
 
 Run = Callable[[argparse.Namespace], int]
@@ -39,6 +39,12 @@ def _compare() -> Run:
     from pytest_longctx.cli import compare
 
     return compare.run
+
+
+def _ladder() -> Run:
+    from pytest_longctx.cli import ladder
+
+    return ladder.run
 
 
 def _blame() -> Run:
@@ -77,8 +83,8 @@ def _compress_bench() -> Run:
     return compress_bench.run
 
 
-RUNS: dict[str, Callable[[], Run]] = {SCORE: _score, COMPARE: _compare, MERGE: _merge, BLAME: _blame, GGUF_FIX_SET: _gguf_fix_set,
-                                      BUILD: _build, VALIDATE: _validate, BENCH: _compress_bench}
+RUNS: dict[str, Callable[[], Run]] = {SCORE: _score, COMPARE: _compare, MERGE: _merge, LADDER: _ladder, BLAME: _blame,
+                                      GGUF_FIX_SET: _gguf_fix_set, BUILD: _build, VALIDATE: _validate, BENCH: _compress_bench}
 
 
 def build_parser() -> argparse.ArgumentParser:

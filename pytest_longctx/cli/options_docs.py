@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from pytest_longctx.backends.builtin import BUILTIN
 from pytest_longctx.options.keys import KeyTable
-from pytest_longctx.options.table import COMMANDS, PYTEST, Option, taken_by
+from pytest_longctx.options.table import COMMANDS, PLUGIN_SPELLED, PYTEST, Option, taken_by
 
 BLOCK = re.compile(r"(<!-- options: (?P<name>[\w.:-]+) -->\n)(?P<body>.*?)(<!-- /options -->)", re.S)
 
@@ -43,9 +43,12 @@ def plugin_table(section: str) -> str:
 
 
 def command_table(command: str) -> str:
-    return _table(["option", "default", "meaning"],
-                  [[_code(o.flag) + (" (required)" if o.required else ""), _code(o.shown_default()), o.doc or o.help]
-                   for o in taken_by(command)])
+    rows = [[_code(o.flag) + (" (required)" if o.required else ""), _code(o.shown_default()), o.doc or o.help]
+            for o in taken_by(command)]
+    if command in PLUGIN_SPELLED:
+        flags = ", ".join(_code(o.plugin_flag) for o in taken_by(PYTEST))
+        rows.append(["the plugin's options", "", f"as pytest takes them ([above](#the-pytest-plugin)): {flags}"])
+    return _table(["option", "default", "meaning"], rows)
 
 
 def keys_table(table: KeyTable) -> str:

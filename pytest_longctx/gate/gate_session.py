@@ -46,6 +46,17 @@ class Case:
     config: str
     length: str | None = None
     item_id: str | None = None
+    candidate: str | None = None  # a ladder's candidate the test judges (gate/ladder_run.py); None for a run of one model
+
+    @property
+    def test_id(self) -> str:
+        """The test's id: its key, with a ladder's candidate in brackets (``facts-2k[w8a8]``), so ``-k`` selects one."""
+        return self.key if self.candidate is None else f"{self.key}[{self.candidate}]"
+
+    @property
+    def group(self) -> str:
+        """What one pytest-xdist worker runs together: a unit's tests (of one candidate), which read it once."""
+        return self.unit if self.candidate is None else f"{self.unit}[{self.candidate}]"
 
     @property
     def unit(self) -> str:

@@ -43,10 +43,11 @@ class Outcome:
 class GateRun:
     """The model gate's run (a ``GateSession``): its inputs, what the selected tests need, the reading, the verdicts."""
 
-    def __init__(self, options: GateOptions, invocation_dir: Path):
+    def __init__(self, options: GateOptions, invocation_dir: Path, inputs: GateInputs | None = None):
+        """``inputs``: the data and baseline already loaded, which a ladder's rungs share (gate/ladder_run.py)."""
         self.options = options
         self.thresholds = options.thresholds
-        self.inputs = GateInputs(options, invocation_dir)
+        self.inputs = inputs if inputs is not None else GateInputs(options, invocation_dir)
         # a pattern is checked against the checks of the data, which a run without a baseline does not build
         self.warnings: list[str] = self.inputs.warnings + (self.thresholds.check_patterns(self.check_keys())
                                                            if not self.inputs.missing_baseline else [])
@@ -55,6 +56,7 @@ class GateRun:
         self.tests: frozenset[str] = frozenset()  # the keys of the selected tests: what sequential reading settles
         self.read_all = False  # a user's fixture asked for every result: nothing is left unread from then on
         self._evaluations: dict[tuple[frozenset[ItemKey], frozenset[ItemKey]], Evaluation] = {}
+        self.unloaded: str | None = None  # why the model did not load, where it did not (a ladder's rung; see not_loaded)
 
     # what the reports and blame read of the run, held by its collaborators
     dataset = property(lambda self: self.inputs.dataset)
@@ -63,7 +65,7 @@ class GateRun:
     missing_baseline = property(lambda self: self.inputs.missing_baseline)
     scores = property(lambda self: self.reader.scores)
     readings = property(lambda self: self.reader.readings)
-    failure = property(lambda self: self.reader.failure)
+    failure = property(lambda self: self.unloaded or self.reader.failure)
 
     # -------------------------------------------------------------- cases
 
@@ -107,8 +109,8 @@ class GateRun:
 
     def ensure(self, units: Iterable[str], backend: Backend, progress: Progress = True) -> None:
         """Read the needed items of these units that are not read yet, once."""
-        if self.missing_baseline:
-            raise LongctxError(self.missing_baseline)
+        if self.missing_baseline or self.unloaded:
+            raise LongctxError(self.missing_baseline or self.unloaded)
         self.reader.ensure(units, backend, self.needed, self.tests, self.read_all, progress)
 
     def is_read(self, key: ItemKey) -> bool:
@@ -210,12 +212,17 @@ class GateRun:
                       "item_drop_nats": None if figures.loss is None else round(figures.loss, 6), **figures.to_json()}
         return problems, properties
 
+    def not_loaded(self, why: str) -> None:
+        """The model did not load (a ladder's rung, whose run goes on with the other candidates): every test of it
+        fails saying why, and the reports say it of its rung."""
+        self.unloaded = why
+
     # -------------------------------------------------------------- xdist
 
     def export(self) -> str:
         """What a worker hands the controller, as JSON text (execnet carries plain types only)."""
         return json.dumps({**self.reader.export(), "warnings": self.warnings, "tests": sorted(self.tests),
-                           "needed": {unit: sorted(keys) for unit, keys in self.needed.items()}})
+                           "needed": {unit: sorted(keys) for unit, keys in self.needed.items()}, "unloaded": self.unloaded})
 
     def absorb(self, exported_text: str) -> None:
         """A worker's reading; and the tests it selected and the items they need, which the controller, collecting
@@ -226,6 +233,7 @@ class GateRun:
         self.tests |= frozenset(exported["tests"])
         for unit, keys in exported["needed"].items():
             self.needed.setdefault(unit, set()).update((str(c), str(n), str(i)) for c, n, i in keys)
+        self.unloaded = self.unloaded or exported["unloaded"]
 
     # -------------------------------------------------------------- the baseline
 

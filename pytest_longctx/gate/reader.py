@@ -6,6 +6,7 @@ A unit is what is read together: ``facts``, ``tool_calls``, ``faithfulness``, an
 share their agent sessions, only the rule line differs)."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 from pytest_longctx.backends.base import Backend, tokenizer_of
@@ -42,6 +43,7 @@ class GateReader:
         self.done: set[str] = set()  # units read
         self.forwarded = 0  # tokens the model ran over (the score cache's answers not)
         self.whole = 0  # the tokens reading every needed item of the units read at once forwards (off, no cache)
+        self.seconds = 0.0  # spent reading (planning, the engine, the figures), in every process together
         self.failure: str | None = None  # a reading failure, repeated by later tests
         self.cache: ScoreCache | None = None
         self.groups: dict[str, Groups] = {}  # unit -> its needed items as the engine reads them
@@ -66,6 +68,7 @@ class GateReader:
         """Read the needed items of these units not read yet, once; ``read_all``: every one, whatever is settled."""
         if self.failure:
             raise LongctxError(f"scoring failed earlier in this session: {self.failure}")
+        started = time.perf_counter()
         try:
             self._plan(backend, needed, progress)
             for unit in units:
@@ -86,6 +89,7 @@ class GateReader:
             self.failure = str(exc)
             raise
         finally:
+            self.seconds += time.perf_counter() - started
             if self.progress is not None and set(needed) <= self.done:
                 self.progress.close()
                 self.progress = None
@@ -179,6 +183,13 @@ class GateReader:
                 self.warnings.extend(compare_judged(self.inputs.baseline.meta, self.scores.meta).warnings)
         self.merge(scored.scores)
 
+    def release(self) -> None:
+        """Let go of what the reading keeps of the model (each unit's shared prefix, run once and kept for the unit's
+        next group of items), so that the model can be freed: a ladder's candidate, before the next is loaded."""
+        for groups in self.groups.values():
+            if groups.shared is not None:
+                groups.shared.release()
+
     def merge(self, part: ScoresFile) -> None:
         for config, length, item_id, scores in part.items():
             self.scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = scores
@@ -188,6 +199,7 @@ class GateReader:
     def export(self) -> dict[str, Any]:
         """What a worker hands the controller (execnet carries plain types only)."""
         return {"scores": self.scores.to_json(), "failure": self.failure, "forwarded": self.forwarded, "whole": self.whole,
+                "seconds": self.seconds,
                 "readings": {unit: reading.to_json() for unit, reading in self.readings.items()},
                 "unread": sorted(self.unread), "part": self.part.to_json() if self.part is not None else None}
 
@@ -200,6 +212,7 @@ class GateReader:
         self.failure = self.failure or exported["failure"]
         self.forwarded += exported["forwarded"]
         self.whole += exported["whole"]
+        self.seconds += exported["seconds"]
         self.readings.update({unit: Reading.from_json(found) for unit, found in exported["readings"].items()})
         self.unread |= {tuple(key) for key in exported["unread"]}
         if self.part is not None and exported.get("part"):

@@ -11,7 +11,7 @@ from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.thresholds import Thresholds, parse_overrides
 from pytest_longctx.options.fronts import Given, read_plugin_options
 from pytest_longctx.options.keys import split_settings
-from pytest_longctx.options.table import THRESHOLD_FIELDS, Sequential, plugin_option
+from pytest_longctx.options.table import THRESHOLD_FIELDS, LadderOrder, Sequential, plugin_option
 from pytest_longctx.parse import Shard
 from pytest_longctx.paths import local_files
 from pytest_longctx.shipped_baselines import baseline_file
@@ -24,7 +24,7 @@ class GateOptions:
     """The plugin's options, validated: what to gate, on which data, against which baseline, how
     strictly."""
 
-    model: str | None
+    model: str | None  # the model this run judges (a ladder's first candidate until each rung's own options are made)
     data: str
     sets: list[str] | None
     lengths: list[str] | None
@@ -52,6 +52,8 @@ class GateOptions:
     narrow_baseline: bool = False  # an update may drop what the old baseline holds
     sequential: Sequential = Sequential.EXACT  # --longctx-sequential: read until each verdict is settled (gate/sequential/)
     shard: Shard | None = None  # --longctx-shard K/N: read this part of the selection for longctx merge (gate/shards.py)
+    candidates: tuple[str, ...] = ()  # --longctx-model given several times: a ladder's candidates (gate/ladder_run.py)
+    ladder_order: LadderOrder = LadderOrder.DIGEST  # --longctx-ladder-order: how its candidates after the first read
 
     blame_reference: str | None = None  # --longctx-blame-reference: the original a failing gate's blame loads
 
@@ -70,7 +72,8 @@ class GateOptions:
         baseline = [("--longctx-baseline", self.baseline if file == here / str(self.baseline) else file)] if file else []
         written: Files = [("--longctx-out", self.out), ("--longctx-markdown", self.markdown), ("--longctx-html", self.html)]
         settings = split_settings("--longctx-backend-option", self.backend_options, "KEY=VALUE")
-        local = [("--longctx-data", self.data), ("--longctx-model", self.model), ("--longctx-blame-reference", self.blame_reference),
+        models = [("--longctx-model", model) for model in self.candidates or (self.model,)]
+        local = [("--longctx-data", self.data), *models, ("--longctx-blame-reference", self.blame_reference),
                  ("--longctx-backend-option tokenizer", settings.get("tokenizer")), ("--longctx-cache-dir", self.cache_dir)]
         read: Files = local_files(local, here)
         return (baseline + written, read) if self.update_baseline else (written, read + baseline)
@@ -100,6 +103,7 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
     if values["narrow-baseline"] and not values["update-baseline"]:
         raise LongctxError("--longctx-narrow-baseline: it lets an update drop items of the baseline it replaces; "
                            "give it with --longctx-update-baseline, or leave it out")
+    models = _models(values["model"], values["update-baseline"], values["compressor"], values["blame"])
     check_backend_settings(values["backend"], values["backend-option"], "--longctx-backend-option")
     sequential = _sequential(values, values["update-baseline"], bool(values["compressor"]))
     _check_shard(values)
@@ -108,7 +112,8 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
                                   strict=False),
                  *parse_overrides(getoption(threshold.plugin_dest) or [], f"{threshold.plugin_flag} on the command line"))
     return GateOptions(
-        model=values["model"], data=values["data"], sets=values["sets"], lengths=values["lengths"], limit=values["limit"],
+        model=models[0] if models else None, candidates=models if len(models) > 1 else (), data=values["data"],
+        sets=values["sets"], lengths=values["lengths"], limit=values["limit"],
         mode=values["mode"], baseline=values["baseline"], update_baseline=values["update-baseline"],
         narrow_baseline=values["narrow-baseline"], out=values["out"], only=values["only"],
         allow_beyond_context=values["allow-beyond-context"], dtype=values["dtype"], device=values["device"],
@@ -119,7 +124,33 @@ def read_options(getoption: Callable[[str], Any], getini: Callable[[str], Any], 
         markdown=values["markdown"], html=values["html"], compressor=values["compressor"], knobs=tuple(values["knob"]),
         min_retention_verbatim=values["min-retention-verbatim"], min_retention_paraphrase=values["min-retention-paraphrase"],
         sequential=sequential, blame_reference=values["blame-reference"], shard=values["shard"],
+        ladder_order=_ladder_order(values["ladder-order"], models),
     )
+
+
+def _models(given: list[str], update_baseline: bool, compressor: str | None, blame: bool) -> tuple[str, ...]:
+    """--longctx-model, once or several times (a ladder of candidates against the one baseline); a ladder refuses
+    what judges or writes for one model only."""
+    twice = sorted({model for model in given if given.count(model) > 1})
+    if twice:
+        raise LongctxError(f"--longctx-model {twice[0]}: given {given.count(twice[0])} times; name each candidate of "
+                           "the ladder once")
+    if len(given) > 1:
+        one_model = [(update_baseline, "--longctx-update-baseline: a baseline is made from one model, the original"),
+                     (bool(compressor), "--longctx-compressor: the compressor gate reads with one model"),
+                     (blame, "--longctx-blame: blames one failing candidate; run it on that candidate alone")]
+        refused = next((why for given_too, why in one_model if given_too), None)
+        if refused:
+            raise LongctxError(f"{refused}; give --longctx-model once (given {len(given)} times: {', '.join(given)})")
+    return tuple(given)
+
+
+def _ladder_order(given: str | None, models: tuple[str, ...]) -> LadderOrder:
+    """--longctx-ladder-order: digest unless given, and given for a ladder only."""
+    if given and len(models) < 2:
+        raise LongctxError(f"--longctx-ladder-order {given}: orders the reading of a ladder's candidates; give "
+                           "--longctx-model once per candidate, or leave it out")
+    return LadderOrder(given) if given else LadderOrder.DIGEST
 
 
 def _check_shard(values: Given) -> None:
@@ -135,6 +166,9 @@ def _check_shard(values: Given) -> None:
     if not values["out"]:
         raise LongctxError(f"{flag}: give the file this part is written to, --longctx-out PATH (e.g. "
                            f"part-{shard.index}-of-{shard.count}.json); longctx merge joins the parts")
+    if len(values["model"]) > 1:
+        raise LongctxError(f"{flag}: a shard is a part of one model's run; give --longctx-model once (a ladder of "
+                           f"{len(values['model'])} candidates is not split), and run each candidate's shards apart")
     for name in ("markdown", "html", "blame"):
         if values[name]:
             raise LongctxError(f"{flag}: --longctx-{name} is about the whole selection, which no shard holds: longctx "

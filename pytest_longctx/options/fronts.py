@@ -7,7 +7,7 @@ import argparse
 from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.options.table import PYTEST, Option, taken_by
+from pytest_longctx.options.table import PLUGIN_SPELLED, PYTEST, Option, taken_by
 from pytest_longctx.options.values import BLANK, Value, is_blank
 
 GROUP = "longctx"
@@ -38,6 +38,23 @@ def add_plugin_options(parser: Any) -> None:
         group.addoption(option.plugin_flag, **kwargs)
         if option.ini:
             parser.addini(option.plugin_dest, option.help, type="linelist" if option.repeat else "string")
+
+
+class _PytestSpelled:
+    """An argparse parser as ``add_plugin_options`` sees pytest's: its group is the parser itself; the ini file is
+    left to pytest, which reads it when the command runs pytest."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+
+    def getgroup(self, name: str, description: str = "") -> _PytestSpelled:
+        return self
+
+    def addoption(self, *flags: str, **kwargs: Any) -> None:
+        self.parser.add_argument(*flags, **kwargs)
+
+    def addini(self, *args: Any, **kwargs: Any) -> None:
+        """pytest reads the ini file itself."""
 
 
 class Given(dict):
@@ -132,3 +149,5 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: str) -> None
         if option.required:
             kwargs["required"] = True
         parser.add_argument(option.flag, *option.also, dest=option.command_dest, **kwargs)
+    if command in PLUGIN_SPELLED:
+        add_plugin_options(_PytestSpelled(parser))

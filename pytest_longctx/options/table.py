@@ -34,8 +34,9 @@ PYTEST = "pytest"  # the plugin: --longctx-<name>
 CONFIG_NAMES = names("facts,tool_calls")
 SCORE, COMPARE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH = ("score", "compare", "blame", "gguf-fix-set", "build", "validate",
                                                           "compress-bench")
-MERGE = "merge"
-COMMANDS = (SCORE, COMPARE, MERGE, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
+MERGE, LADDER = "merge", "ladder"
+COMMANDS = (SCORE, COMPARE, MERGE, LADDER, BLAME, GGUF_FIX_SET, BUILD, VALIDATE, BENCH)
+PLUGIN_SPELLED = (LADDER,)  # the commands that take every option of the plugin as pytest spells it (--longctx-out)
 
 # choices and defaults the features that implement them import from here
 MODES = ("auto", "ids", "text")
@@ -63,6 +64,14 @@ class Sequential(Name):
 
 
 SEQUENTIAL_MODES = tuple(mode.value for mode in Sequential)
+
+
+class LadderOrder(Name):
+    """The order a ladder's candidates after the first read each set's items in (--longctx-ladder-order,
+    docs/reports.md#the-ladder)."""
+
+    DIGEST = "digest"  # by the digest of each item's key, as a run of one model reads them
+    DRIFT = "drift"  # first the items the candidates before it drifted most on
 SEQUENTIAL_ALPHA = 0.05  # the level of confident's tests where --longctx-alpha is not given
 
 
@@ -158,6 +167,11 @@ COMMAND_TEXTS = (
     Command(MERGE, "join the parts of a sharded run into its verdicts and reports (or its baseline)",
             "Join the parts of a split run (pytest --longctx-shard K/N) into the verdicts, reports and exit status of one "
             "run of the whole selection; the parts of a baseline update into the one baseline (--baseline)."),
+    Command(LADDER, "gate several candidates against one baseline in one run, and name the smallest that passes",
+            "Gate several candidates against one baseline in one run and name the smallest that passes: the plugin's "
+            "ladder, run by pytest in this folder (pytest --longctx-only --longctx-model A --longctx-model B ...), with "
+            "the plugin's options as pytest spells them and its ini file; exit status 0 when every candidate passes, 1 "
+            "when one fails."),
     Command(BLAME, "which parts of a compressed model make the gate fail, and what to keep",
             "Build hybrids of an original and its compressed candidate (transformers checkpoints of one architecture, or "
             "two GGUF files of one model) and measure, on the failing rows' items, how much of the far drift each part "
@@ -188,9 +202,11 @@ JUDGING = (PYTEST, COMPARE, BLAME)  # the thresholds
 
 OPTIONS: tuple[Option, ...] = (
     # ------------------------------------------------------------------ the model and the data
-    Option("model", "the model to gate: hub id, local folder, .gguf file or alias; without it the plugin does nothing",
-           text("MODEL"), doc="the model to gate: a hub id, a local folder, a `.gguf` file or an alias (such as "
-               "`smollm2-135m`); without it the plugin does nothing"),
+    Option("model", "the model to gate: hub id, local folder, .gguf file or alias; without it the plugin does nothing; "
+           "given several times, a ladder of candidates, each gated against the one baseline", text("MODEL"), repeat=True,
+           doc="the model to gate: a hub id, a local folder, a `.gguf` file or an alias (such as `smollm2-135m`); without "
+               "it the plugin does nothing. Given several times, each is a candidate of one ladder, gated against the one "
+               "baseline, and the run names the smallest that passes ([reports.md](reports.md#the-ladder))"),
     Option("model", "the model to score: hub id, local folder, .gguf file or alias", text("MODEL"), takes=(SCORE,),
            required=True),
     Option("model", "the compressed model: hub id, folder or alias", text("CANDIDATE"), takes=(BLAME,), required=True),
@@ -245,6 +261,8 @@ OPTIONS: tuple[Option, ...] = (
                "by tokens, and write the part to `--longctx-out`; `longctx merge` joins every part into the one "
                "verdict and the reports of an unsharded run ([scaling.md](scaling.md)); with "
                "`--longctx-update-baseline`, a part of a baseline that `longctx merge --baseline` joins"),
+    Option("models", "the candidates: hub ids, local folders, .gguf files or aliases (two or more; also as "
+           "--longctx-model, repeated)", text("MODEL"), takes=(LADDER,), positional=True, repeat=True),
     Option("shards", "the shard files to join: every part of one split, each written by --longctx-shard K/N "
            "(--longctx-out)", text("SHARD"), takes=(MERGE,), positional=True,
            repeat=True),
@@ -265,6 +283,13 @@ OPTIONS: tuple[Option, ...] = (
                "thresholds) are settled, `exact` or `confident` ([metrics.md](metrics.md#sequential-reading)); the "
                "results JSON keeps the stopping record; a file saved with `--save_scores` must hold every item, so "
                "that takes `off` only"),
+    Option("ladder-order", "a ladder's candidates after the first read each set's items by digest (as a run of one "
+           "model; default) or by drift (first the items the candidates before drifted most on)",
+           choice(*(order.value for order in LadderOrder)), ini=True,
+           doc="with `--longctx-model` given several times: the order in which each candidate after the first reads "
+               "each set's items. `digest` (the default): by the digest of each item's key, as a run of one model. "
+               "`drift`: first the items the candidates before it drifted most on, fixed before it reads, so exact "
+               "reading still gives the verdicts of reading every item ([reports.md](reports.md#the-ladder))"),
     Option("allow-beyond-context", "score texts longer than the model's context window (refused by default)",
            takes=LOADING, doc="score texts longer than the model's context window (`max_position_embeddings`, or the GGUF's "
                "context length; a model with RoPE scaling configured has no limit here). Without it such a run "

@@ -3,7 +3,9 @@ terminal, and every result at once for a user's own tests."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -12,6 +14,7 @@ from pytest_longctx.backends import load_backend
 from pytest_longctx.backends.base import Backend, close
 from pytest_longctx.errors import LongctxError
 from pytest_longctx.gate.gate_session import GateEvaluation, GateSession
+from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.plugin.checks import fail
 from pytest_longctx.plugin.hooks import not_run, running
 from pytest_longctx.progress import labelled
@@ -44,23 +47,31 @@ def longctx_run(request: pytest.FixtureRequest) -> GateSession:
     return run.session
 
 
-@pytest.fixture(scope="session")
-def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """The model under test as a backend (anything with ``read(ids, positions, tokens)``),
-    closed at the end of the session. Override it in the root conftest.py to hand in an
-    already-loaded model."""
-    options = longctx_run.options
-    # what loading says (a first-run conversion, the loader's progress) reaches the terminal
+def _load(options: GateOptions, request: pytest.FixtureRequest) -> Backend:
+    """The model ``options`` name, loaded, what loading says (a first-run conversion, the loader's progress) on the
+    terminal; a failure raised as ``LongctxError``."""
     capture = request.config.pluginmanager.getplugin("capturemanager")
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
     worker = worker_of(request.config)
     if reporter is not None and not worker:
         reporter.ensure_newline()  # past the test's "longctx " on its own line (was "longctx longctx: converting")
+    with capture.global_and_fixture_disabled() if capture and not worker else contextlib.nullcontext():
+        backend, _ = load_backend(options.model, options.backend, options.dtype, worker_device(options.device, worker),
+                                  options.backend_options, options.trust_remote_code, kv_press=options.kv_press)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The model under test as a backend (anything with ``read(ids, positions, tokens)``),
+    closed at the end of the session. Override it in the root conftest.py to hand in an
+    already-loaded model."""
+    if longctx_run.options.candidates:
+        fail(f"longctx_backend: this run is a ladder of {len(longctx_run.options.candidates)} candidates, loaded one at "
+             "a time, with results per candidate (its results JSON, --longctx-out); a test of your own that needs the "
+             "model or its results (longctx_backend, longctx_results) runs with one --longctx-model")
     try:
-        with capture.global_and_fixture_disabled() if capture and not worker else contextlib.nullcontext():
-            backend, _ = load_backend(options.model, options.backend, options.dtype,
-                                      worker_device(options.device, worker), options.backend_options,
-                                      options.trust_remote_code, kv_press=options.kv_press)
+        backend = _load(longctx_run.options, request)
     except LongctxError as exc:
         failure = str(exc)
     else:
@@ -68,9 +79,52 @@ def longctx_backend(longctx_run: GateSession, request: pytest.FixtureRequest) ->
         close(backend)
         return
     not_run(request.config, f"the model did not load: {failure}")
-    if not worker:  # one line and a usage error, not the same failure in every generated test
+    if not worker_of(request.config):  # one line and a usage error, not the same failure in every generated test
         pytest.exit(visible(f"longctx: the model did not load: {failure}"), returncode=pytest.ExitCode.USAGE_ERROR)
     fail(failure)  # outside the except: the message once, not chained to itself
+
+
+class Candidates:
+    """A ladder's candidates, loaded as their tests ask for them, one in memory at a time: asking for another closes
+    the one loaded. One that does not load is said once to the ladder and to each of its tests."""
+
+    def __init__(self, ladder: Any, request: pytest.FixtureRequest):
+        self.ladder, self.request = ladder, request
+        self.loaded: tuple[str, Backend] | None = None
+        self.failed: dict[str, str] = {}  # candidate -> why it did not load
+
+    def backend(self, candidate: str) -> Backend:
+        if candidate in self.failed:
+            raise LongctxError(self.failed[candidate])
+        if self.loaded is not None and self.loaded[0] == candidate:
+            return self.loaded[1]
+        self.close()
+        started = time.perf_counter()
+        try:
+            backend = _load(self.ladder.rungs[candidate].options, self.request)
+        except LongctxError as exc:
+            self.ladder.loaded(candidate, time.perf_counter() - started, str(exc))
+            self.failed[candidate] = self.ladder.rungs[candidate].failure
+            raise LongctxError(self.failed[candidate]) from None
+        self.ladder.loaded(candidate, time.perf_counter() - started, None)
+        self.loaded = (candidate, backend)
+        return backend
+
+    def close(self) -> None:
+        """Release the candidate in memory, and what its reading keeps of it, before the next is loaded."""
+        if self.loaded is not None:
+            self.ladder.rungs[self.loaded[0]].reader.release()
+            close(self.loaded[1])
+            self.loaded = None
+            gc.collect()
+
+
+@pytest.fixture(scope="session")
+def longctx_candidates(longctx_run: GateSession, request: pytest.FixtureRequest) -> Iterator[Candidates]:
+    """A ladder's candidates (``--longctx-model`` given several times), loaded one at a time as their tests run."""
+    candidates = Candidates(longctx_run, request)
+    yield candidates
+    candidates.close()
 
 
 @pytest.fixture(scope="session")

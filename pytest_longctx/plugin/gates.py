@@ -59,6 +59,12 @@ def start(options: GateOptions, invocation_dir: Path) -> Gate:
         from pytest_longctx.plugin import compressor_tests
 
         return Gate(CompressorRun(options, invocation_dir), compressor_tests, report.finish, report.summary_lines)
+    if options.candidates:  # --longctx-model given several times: a ladder
+        from pytest_longctx.gate.ladder_run import LadderRun
+        from pytest_longctx.plugin import model_tests
+        from pytest_longctx.reports import ladder
+
+        return Gate(LadderRun(options, invocation_dir), model_tests, ladder.finish, ladder.summary_lines)
     from pytest_longctx.gate.model_run import GateRun
     from pytest_longctx.plugin import blame, model_tests
     from pytest_longctx.reports import finish, text

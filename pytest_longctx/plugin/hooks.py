@@ -204,7 +204,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     kind = run.tests.CASE_KINDS[metafunc.function.__name__]
     cases = [c for c in run.session.cases() if c.kind == kind]
-    metafunc.parametrize("longctx_case", [pytest.param(c, id=c.key, marks=pytest.mark.xdist_group(c.unit)) for c in cases])
+    metafunc.parametrize("longctx_case", [pytest.param(c, id=c.test_id, marks=pytest.mark.xdist_group(c.group)) for c in cases])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -215,6 +215,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     module = GateModule.from_parent(session, path=Path(run.tests.__file__), nodeid=GATE_NODEID)
     # the functions whose kind has no case are left out
     generated = [i for i in module.collect() if isinstance(i, pytest.Item) and _case(i) is not None]
+    if any(_case(i).candidate is not None for i in generated):  # a ladder: a candidate's tests together, in its rung's
+        # order, so one candidate is loaded at a time
+        order = {case: n for n, case in enumerate(run.session.cases())}
+        generated.sort(key=lambda i: order[_case(i)])
     # reported as collected (the terminal said "collected 0 items" before running them all)
     config.hook.pytest_collectreport(report=pytest.CollectReport(module.nodeid, "passed", None, generated))
     if run.session.options.only and items:  # none left, as pytest_ignore_collect kept the modules out

@@ -12,7 +12,7 @@ from pytest_longctx.gate.blame.records import Searched
 from pytest_longctx.options.table import CARRY
 from pytest_longctx.progress import clock_text
 from pytest_longctx.reports import plots
-from pytest_longctx.reports.format import html_text, markdown_code, table, visible
+from pytest_longctx.reports.format import html_text, markdown_code, size_text, table, visible
 from pytest_longctx.reports.format import markdown_text as cell
 from pytest_longctx.reports.html import NL, html_figure, html_page, html_section, html_table
 from pytest_longctx.reports.markdown import fenced, md_table
@@ -40,13 +40,6 @@ def _share(value: float | None) -> str:
 
 def _count(value: int) -> str:
     return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value:,}"
-
-
-def _bytes(value: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
 
 
 @dataclass(frozen=True)
@@ -208,10 +201,10 @@ def outcome(found: Any) -> list[tuple[str, list[str]]]:
         details = [f"{row}: far drift {_n(found.candidate[row].far)} -> {_n(after[row].far)}" for row in found.rows]
         if found.fix_moves:
             details.append(f"searched: {', '.join(found.fix_moves)} ({found.fix_hybrids} hybrids beside the parts' own)")
-        against = (f" (the changed parts take {_bytes(found.candidate_bytes)} in the candidate)"
+        against = (f" (the changed parts take {size_text(found.candidate_bytes)} in the candidate)"
                    if found.candidate_bytes else "")
         details.append(f"cost: {_count(spent.parameters)} parameters, held in the hybrids measured at {spent.precision}; "
-                       f"{_bytes(spent.original_bytes)} at the original's precision, {_bytes(spent.candidate_bytes)} at the "
+                       f"{size_text(spent.original_bytes)} at the original's precision, {size_text(spent.candidate_bytes)} at the "
                        f"candidate's{against}")
         lines.append((f"fix set ({len(found.fix_set)} parts, {state}): keep {', '.join(found.fix_set)} from the original",
                       details))

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_longctx.errors import LongctxError
-from pytest_longctx.gate.comparison import Comparison, from_gate_run
+from pytest_longctx.gate.comparison import from_gate_run
 from pytest_longctx.gate.model_run import GateRun
 from pytest_longctx.gate.outcome import Happened
+from pytest_longctx.gate.run_options import GateOptions
 from pytest_longctx.gate.shard_file import shard_note, shard_record
 from pytest_longctx.paths import STEP_SUMMARY, step_summary, write_text_atomically
 from pytest_longctx.reports.format import write_json
@@ -43,14 +44,26 @@ def append(path: str, text: str) -> None:
         handle.write(text)
 
 
-def write_reports(options: Any, comparison: Comparison) -> list[str]:
-    """Write the reports asked for, each on its own (one that cannot be written keeps none of the others from
-    being written); the summary's notes about them."""
+def write_results(path: str, body: Callable[[], dict[str, Any]]) -> str:
+    """The results JSON written to ``path``; the summary's note about it. The paths were checked before any work (the
+    plugin); a failure now (a full disk, a folder removed meanwhile) is a note in the summary, not a traceback that
+    hides the results."""
+    try:
+        write_json(path, body())
+    except OSError as exc:
+        return f"longctx: results NOT written to {path}: {exc.strerror or exc}"
+    return f"longctx: results written to {path}"
+
+
+def write_reports(options: GateOptions, markdown: Callable[[], str], html: Callable[[], str]) -> list[str]:
+    """Write the reports asked for, each made only when asked for (``markdown()``: the markdown summary, also appended
+    to a CI step summary; ``html()``: the HTML report) and each on its own (one that cannot be written keeps none of
+    the others from being written); the summary's notes about them."""
     ci, notes = step_summary(), []
-    summary = ci_summary(comparison) if options.markdown or ci else ""
+    summary = markdown() if options.markdown or ci else ""
     targets = (("--longctx-markdown", options.markdown, "markdown summary", lambda path: write_text_atomically(path, summary)),
                (f"${STEP_SUMMARY}", ci, "", lambda path: append(path, summary)),  # the CI job's own: said only when it fails
-               ("--longctx-html", options.html, "HTML report", lambda path: write_text_atomically(path, html_report(comparison))))
+               ("--longctx-html", options.html, "HTML report", lambda path: write_text_atomically(path, html())))
     for option, path, what, write in targets:
         if not path:
             continue
@@ -74,14 +87,9 @@ def finish(run: GateRun, junit: Any, happened: Happened | None = None) -> Finish
     notes = []
     failed = None
     options = run.options
-    # the paths were checked before any work (the plugin); a failure now (a full disk, a folder
-    # removed meanwhile) is a note in the summary, not a traceback that hides the results
     if options.out:
-        try:
-            write_json(options.out, {**results_json(run, comparison), **shard_record(run, happened.incomplete())})
-            notes.append(f"longctx: results written to {options.out}")
-        except OSError as exc:
-            notes.append(f"longctx: results NOT written to {options.out}: {exc.strerror or exc}")
+        notes.append(write_results(options.out, lambda: {**results_json(run, comparison),
+                                                         **shard_record(run, happened.incomplete())}))
     if options.shard is not None:  # its part is in --longctx-out; longctx merge judges and reports on every part
         notes.append(shard_note(run))
     elif options.update_baseline and run.baseline_path is not None:
@@ -99,8 +107,9 @@ def finish(run: GateRun, junit: Any, happened: Happened | None = None) -> Finish
         else:
             narrowed = f", narrowed on purpose (--longctx-narrow-baseline): it dropped {dropped}" if dropped else ""
             notes.append(f"longctx: wrote baseline {options.baseline}{narrowed}; commit it beside the checkpoint")
-    notes.extend(write_reports(options, comparison) if options.shard is None else [])
-    if junit is not None and options.shard is None:  # a shard's part judges no row: the merge's junit has them
+    if options.shard is None:  # a shard's part judges no row: the merge's reports and junit have them
+        notes.extend(write_reports(options, lambda: ci_summary(comparison), lambda: html_report(comparison)))
+    if junit is not None and options.shard is None:
         for name, value in suite_properties(run, comparison):
             junit.add_global_property(name, value)
     return Finished(evaluation, notes, failed, comparison.verdict, comparison.not_judged)

@@ -57,6 +57,14 @@ def html_text(text: str, keep: str = "") -> str:
     return html.escape(visible(text, keep), quote=True)
 
 
+def size_text(value: int) -> str:
+    """A size in bytes as people read it: ``1.5 GiB``, ``812.0 KiB``, ``90 B``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain-text table: first column left-aligned, the others right-aligned; control
     characters in a cell are written out."""

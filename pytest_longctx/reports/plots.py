@@ -125,3 +125,27 @@ def blame_plot(panels: Mapping[str, Sequence[tuple[str, float | None, float | No
             ax.set(xlabel="share of the row's far drift", title=title)
         figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2, frameon=False)
         return _svg(figure)
+
+
+PASS_COLOUR = "#2b8a3e"
+
+
+def ladder_plot(points: Sequence[tuple[str, int, float, bool]], threshold: float | None) -> str:
+    """A ladder's candidates: each one's size on disk (MiB) against its far drift (KL_K, nats), green where it passed
+    and red where it failed, named beside its point, and the drift threshold as a dashed line. Each point's SVG
+    group is named ``rung-NAME``."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(6.4, 3.8), layout="constrained")
+        ax = figure.subplots()
+        for name, size, far, passed in points:
+            mark = ax.scatter([size / 2**20], [far], s=36, color=PASS_COLOUR if passed else MODEL_COLOUR, zorder=3)
+            mark.set_gid(f"rung-{name}")
+            ax.annotate(name, (size / 2**20, far), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        if threshold is not None:
+            ax.axhline(threshold, color=BASELINE_COLOUR, linewidth=1, linestyle="--", label=f"drift threshold {threshold:g}")
+            ax.legend(loc="upper right", frameon=False)
+        ax.set(xlabel="size on disk, MiB", ylabel="far drift (KL_K), nats", ylim=(0, None))
+        return _svg(figure)

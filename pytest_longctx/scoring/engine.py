@@ -180,6 +180,11 @@ class SharedPrefix:
             self.session.restore(self.state, last=False)
         return self.session
 
+    def release(self) -> None:
+        """Let go of the model's state after the prefix and the session that ran it (which hold the model): a later
+        run forwards the prefix again."""
+        self.session = self.state = None
+
 
 ProgressFactory = Callable[[int, int], Display]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -68,3 +69,14 @@ def saved_scores(loaded: tuple, data: Path, path: Path) -> Path:
         patch.setattr(score_command, "load_backend", lambda *args, **kwargs: loaded)
         assert main(["score", "--model", "tiny", "--data", str(data), "--quiet", "--save_scores", str(path)]) == 0
     return path
+
+
+def junit_outcomes(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(the suite's properties, test name -> passed / failed / skipped) of a junit file."""
+    suite = ET.parse(path).getroot().find("testsuite")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    outcomes = {}
+    for case in suite.iter("testcase"):
+        outcome = "failed" if case.find("failure") is not None else "skipped" if case.find("skipped") is not None else "passed"
+        outcomes[case.get("name")] = outcome
+    return properties, outcomes

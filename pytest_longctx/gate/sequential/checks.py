@@ -25,7 +25,8 @@ Figure = tuple[float, float]  # one item's (numerator, denominator) of a check: 
 # ------------------------------------------------------------------ the order
 
 
-def _digest(key: ItemKey) -> str:
+def item_digest(key: ItemKey) -> str:
+    """What orders a set's items by default: the digest of the item's key, fixed by the data alone."""
     return hashlib.sha256("/".join(key).encode("utf-8")).hexdigest()
 
 
@@ -39,7 +40,7 @@ def reading_order(keys: Iterable[ItemKey], within: Callable[[ItemKey], Any] | No
     lengths = sorted_lengths([length for _, length in by_set])
     rank = {config: n for n, config in enumerate(ALL_CONFIGS)}
     sets = sorted(by_set, key=lambda s: (lengths.index(s[1]), rank.get(s[0], len(rank)), s[0]))
-    queues = [sorted(by_set[s], key=within or _digest) for s in sets]
+    queues = [sorted(by_set[s], key=within or item_digest) for s in sets]
     order = []
     for turn in range(max(map(len, queues), default=0)):
         order.extend(queue[turn] for queue in queues if turn < len(queue))
