@@ -247,6 +247,10 @@ def test_bad_ladders_are_refused_before_anything_loads(pytester, gate_models, da
         assert result.ret == pytest.ExitCode.USAGE_ERROR and words in result.stderr.str(), words
     result = _gate(pytester, data_dir, gate_baseline, [reference], "--longctx-ladder-order=drift")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "orders the reading of a ladder's candidates" in result.stderr.str()
+    for option, words in ((f"--longctx-out={degraded}/results.json", f"it would add a .json file to --longctx-model {degraded},"),
+                          ("--longctx-shard=1/2", "a shard is a part of one model's run; give --longctx-model once")):
+        result = _gate(pytester, data_dir, gate_baseline, [reference, degraded], option)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and words in result.stderr.str(), (option, result.stderr.str())
     for option, words in (("--longctx-update-baseline", "a baseline is made from one model, the original"),
                           ("--longctx-blame", "blames one failing candidate")):
         result = _gate(pytester, data_dir, gate_baseline, [reference, degraded], option)

@@ -160,15 +160,15 @@ def _check_shard(values: Given) -> None:
     if shard is None:
         return
     flag = values.said("shard")
+    if len(values["model"]) > 1:
+        raise LongctxError(f"{flag}: a shard is a part of one model's run; give --longctx-model once (a ladder of "
+                           f"{len(values['model'])} candidates is not split), and run each candidate's shards apart")
     if values["compressor"]:
         raise LongctxError(f"{flag}: it splits the model gate's items; the compressor gate (--longctx-compressor) "
                            "compresses every session in one run, leave it out")
     if not values["out"]:
         raise LongctxError(f"{flag}: give the file this part is written to, --longctx-out PATH (e.g. "
                            f"part-{shard.index}-of-{shard.count}.json); longctx merge joins the parts")
-    if len(values["model"]) > 1:
-        raise LongctxError(f"{flag}: a shard is a part of one model's run; give --longctx-model once (a ladder of "
-                           f"{len(values['model'])} candidates is not split), and run each candidate's shards apart")
     for name in ("markdown", "html", "blame"):
         if values[name]:
             raise LongctxError(f"{flag}: --longctx-{name} is about the whole selection, which no shard holds: longctx "
