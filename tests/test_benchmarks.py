@@ -104,6 +104,19 @@ def shard_rows(out: str, _: dict[str, Path]) -> None:
     assert rows[1]["prefixes read again"] == "0", rows[1]  # one shard is the whole run
 
 
+def ladder_rows(out: str, _: dict[str, Path]) -> None:
+    """Each rung under either order had its own run's verdict and test outcomes (the script checks each test), and under
+    the digest order read exactly the tokens of its own run."""
+    rows = cells(out, "candidate")
+    assert [row["candidate"] for row in rows] == ["smollm2-135m", "int8"], out
+    for row in rows:
+        assert row["own run"] == row["rung (digest)"] == row["rung (drift)"] in ("PASS", "FAIL"), row
+        assert row["tokens"] == row["tokens (digest)"] and int(row["tokens"].replace(",", "")) > 0, row
+    runs = {row["run"]: int(row["tokens"].replace(",", "")) for row in cells(out, "run")}
+    assert runs["one ladder (digest)"] == runs["separate runs"] and runs["one ladder (drift)"] > 0, runs
+    assert "every rung: its own run's outcome for every test, and its verdicts" in out, out
+
+
 def engine_rows(out: str, _: dict[str, Path]) -> None:
     """The engine runs each distinct prefix once: exactly the prefix tree's token count."""
     rows = cells(out, "set ")
@@ -262,6 +275,9 @@ SHAPES = [
                  marks=hf(), id="bench_sequential"),
     pytest.param(Shape("bench_shards.py", ("--baseline", "{baseline}", *DATA, *TWO_K, "--counts", "1,2"), shard_rows),
                  marks=hf(), id="bench_shards"),
+    pytest.param(Shape("bench_ladder.py", ("--baseline", "{baseline}", *DATA, *TWO_K, "--sets", "facts", "--only",
+                                           "the model itself", "int8", "--variants", "{variants}"), ladder_rows),
+                 marks=hf(), id="bench_ladder"),
     pytest.param(Shape("held_out_kl.py", ("--text", "{prose}", "--skip", "64", "--tokens", "256", "--checkpoints", "{tool_made}"),
                        held_out), marks=QUANTIZERS, id="held_out_kl"),
     pytest.param(Shape("kl_topk.py", (*DATA, "--baseline", "{baseline}", *TWO_K, "--sets", "facts", "--ks", "16,32",
