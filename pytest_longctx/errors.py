@@ -47,8 +47,35 @@ def _secret_spans(url: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if b > a]
 
 
+# where a comma-separated list of URLs (several servers: http://a/v1,http://b/v1) may start its next URL
+_NEXT_URL = re.compile(r",(?=[A-Za-z][A-Za-z0-9+.-]*://)")
+# an authority that ends before such a comma: a user and password ending at an @, or a host and a port number
+_WHOLE_AUTHORITY = re.compile(r"[^@]*@.*|[^:@]*(?::\d*)?")
+
+
+def _listed(text: str) -> list[str]:
+    """``text`` as the URLs of a comma-separated list, each to be masked on its own: split only at a comma before a
+    scheme where the URL before it is whole, so that a comma inside a secret never splits it (none after a query or
+    fragment begins, whose values may hold one; none within an authority that has not ended, a password's)."""
+    pieces, start = [], 0
+    for comma in _NEXT_URL.finditer(text):
+        piece = text[start:comma.start()]
+        setting = _SETTING.match(piece) if not pieces else None  # base-url=http://a/v1,http://b/v1
+        scheme = _SCHEME.match(piece, setting.end() if setting else 0)
+        if scheme is None or "?" in piece or "#" in piece:
+            break
+        if _WHOLE_AUTHORITY.fullmatch(piece[scheme.end():].split("/", 1)[0]):
+            pieces.append(piece)
+            start = comma.end()
+    return [*pieces, text[start:]]
+
+
 def _masked(url: str) -> str:
-    """``url`` with every character of its secret spans hidden, each run of them written ``***``."""
+    """``url`` with every character of its secret spans hidden, each run of them written ``***``; a comma-separated
+    list of URLs, each masked on its own (``_listed``)."""
+    listed = _listed(url)
+    if len(listed) > 1:
+        return ",".join(map(_masked, listed))
     hidden = [False] * len(url)
     for a, b in _secret_spans(url):
         hidden[a:b] = [True] * (b - a)
@@ -75,8 +102,9 @@ def _pieces(url: str) -> set[str]:
     ("Invalid port: '…'")."""
     names = set(re.findall(r"[?#&]([^?#&=]+)=", url))
     found = set()
-    for a, b in _secret_spans(url):
-        found.update(p for p in (url[a:b], *_SEPARATORS.split(url[a:b])) if len(p) >= _PIECE and p not in names)
+    for one in _listed(url):
+        for a, b in _secret_spans(one):
+            found.update(p for p in (one[a:b], *_SEPARATORS.split(one[a:b])) if len(p) >= _PIECE and p not in names)
     return found
 
 

@@ -32,6 +32,13 @@ from pytest_longctx.options.table import plugin_option
     ("see 'http://gpu-box/v1?key=a|s3cret{x\"s3cret' there", "see 'http://gpu-box/v1?key=*** there"),
     ("--model http://u:s3cret@a:8000/v1?api_key=s3cret and --backend-option base-url=https://b/v1?token=s3cret differ",
      "--model http://***@a:8000/v1?api_key=*** and --backend-option base-url=https://b/v1?token=*** differ"),
+    # several servers, one comma-separated value: each URL masked on its own, none hiding the others
+    ("http://u:s3cret@a:8000/v1,http://b:8000/v1,https://v:s3cret@c/v1",
+     "http://***@a:8000/v1,http://b:8000/v1,https://***@c/v1"),
+    ("base-url=http://a/v1,http://u:s3cret@b/v1", "base-url=http://a/v1,http://***@b/v1"),
+    # a comma inside a secret splits nothing: a password's (its authority has not ended), a query value's
+    ("http://u:s3cret,http://x@b/v1", "http://***@b/v1"),
+    ("http://a/v1?next=s3cret,http://b/v1?key=s3cret", "http://a/v1?next=***"),
 ])
 def test_every_secret_of_a_url_is_hidden(text, shown):
     assert without_credentials(text) == shown
@@ -61,6 +68,7 @@ def test_text_without_secrets_in_urls_is_left_as_it_is(text):
     ("http://u:s3/cret@host/v1?k=v", "http://***@host/v1?k=***"),
     ("http://host/v1?mail=a@s3cret", "http://***"),
     ("base-url=http://u:s3cret@gpu-box/v1", "base-url=http://***@gpu-box/v1"),  # a KEY=VALUE setting
+    ("http://u:s3cret@a/v1,http://u:s3cret@b/v1", "http://***@a/v1,http://***@b/v1"),  # several servers
 ])
 def test_a_url_enters_redacted_and_keeps_what_was_given(given, shown):
     value = entered(given)
