@@ -17,6 +17,8 @@ from kit.ports import free_port
 from kit.vllm_standin import StandIn, serve
 
 from pytest_longctx.backends import load_backend
+from pytest_longctx.backends.vllm import endpoint as endpoint_module
+from pytest_longctx.backends.vllm import fleet as fleet_module
 from pytest_longctx.backends.vllm import server as server_module
 from pytest_longctx.data.load import load_dataset
 from pytest_longctx.errors import LongctxError
@@ -44,7 +46,7 @@ def standin(model):
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch):
-    monkeypatch.setattr(server_module, "RETRY_WAIT", 0.0)
+    monkeypatch.setattr(endpoint_module, "RETRY_WAIT", 0.0)
 
 
 def connect(standin, *options):
@@ -266,7 +268,7 @@ def nudge_past_the_probe(model) -> None:
     torch.manual_seed(5)
     with torch.no_grad():
         weights = model.get_input_embeddings().weight
-        weights[max(server_module.PROBE) + 1:] += 0.05 * torch.randn_like(weights[max(server_module.PROBE) + 1:])
+        weights[max(endpoint_module.PROBE) + 1:] += 0.05 * torch.randn_like(weights[max(endpoint_module.PROBE) + 1:])
 
 
 def test_weights_changed_in_place_behind_the_same_name_are_read_again_not_served_from_the_cache(
@@ -279,7 +281,7 @@ def test_weights_changed_in_place_behind_the_same_name_are_read_again_not_served
     standin.prompts.clear()
     after = connect(standin)
     again = engine.run(after, plans, cache=ScoreCache.for_backend(after, tmp_path))
-    assert [p for p in standin.prompts if p != server_module.PROBE], "served from the cache, not read"
+    assert [p for p in standin.prompts if p != endpoint_module.PROBE], "served from the cache, not read"
     assert again != old and again == engine.run(after, plans)
 
 
@@ -294,7 +296,7 @@ def test_answers_are_reused_for_a_served_model_only_under_the_name_the_user_decl
     backend = connect(standin, "reuse-scores=tiny@1")
     cache = ScoreCache.for_backend(backend, tmp_path, warn=warnings.append)
     assert engine.run(backend, plans, cache=cache) == first and cache.misses == 0 and cache.hits > 0
-    assert standin.prompts == [server_module.PROBE]  # the probe, checked beside the name; no read
+    assert standin.prompts == [endpoint_module.PROBE]  # the probe, checked beside the name; no read
     assert '"weights": "declared:tiny@1"' in cache.identity
     assert len(warnings) == 1 and "on your word" in warnings[0] and "'tiny@1'" in warnings[0]
     standin.prompts.clear()
@@ -456,13 +458,13 @@ def made(monkeypatch):
             super().__init__(*args, **kwargs)
             made["clients"].append(self)
 
-    class Pool(server_module.ThreadPoolExecutor):
+    class Pool(fleet_module.ThreadPoolExecutor):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made["pools"].append(self)
 
     monkeypatch.setattr(httpx, "Client", Client)
-    monkeypatch.setattr(server_module, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(fleet_module, "ThreadPoolExecutor", Pool)
     return made
 
 

@@ -57,6 +57,8 @@ class Backend(Protocol):
     * ``context_compression`` (``CompressesContexts``): what compresses each read's context, read
       through its sessions' ``compress`` (``CompressingSession``);
     * ``status() -> str`` (``ReportsStatus``): its traffic, on the progress line;
+    * ``incidents() -> list[str]`` (``ReportsIncidents``): trouble it worked around while reading,
+      which the run's warnings carry;
     * ``close()`` (``Closing``): releases what the backend holds.
 
     The engine refuses any log-probability above 0 (logits passed off as log-probabilities).
@@ -215,6 +217,21 @@ class ReportsStatus(Protocol):
 def status_line(backend: Backend) -> Callable[[], str] | None:
     """The backend's ``status`` (``ReportsStatus``), or None."""
     return backend.status if isinstance(backend, ReportsStatus) and callable(backend.status) else None
+
+
+@runtime_checkable
+class ReportsIncidents(Protocol):
+    """A backend that works around trouble on the way and must say so (one of several servers that stopped
+    answering, its reads taken over by the others): never silently."""
+
+    def incidents(self) -> list[str]:
+        """A line for each so far, as a warning says it."""
+        ...
+
+
+def incidents(backend: Backend) -> list[str]:
+    """The backend's ``incidents`` (``ReportsIncidents``), or none."""
+    return list(backend.incidents()) if isinstance(backend, ReportsIncidents) and callable(backend.incidents) else []
 
 
 @runtime_checkable

@@ -128,7 +128,7 @@ def _read_sequentially(args: argparse.Namespace, backend: Backend, tokenizer: ob
         def read(batch: Sequence[ItemKey], groups: Groups = groups) -> dict[ItemKey, ItemFigures]:
             scored = read_plans(backend, tokenizer, dataset.select(set(batch)), mode, [groups.plans[k] for k in batch],
                                 not args.quiet, cache=cache, notes=notes, shared=groups.shared)
-            scores.meta = scores.meta or scored.scores.meta
+            scores.meta = scored.scores.meta  # the latest: what the backend says of itself once read (a server that left)
             forwarded[0] += scored.forwarded
             for config, length, item_id, found in scored.scores.items():
                 scores.scores.setdefault(config, {}).setdefault(length, {})[item_id] = found

@@ -177,10 +177,10 @@ class GateReader:
                             cache=self.cache or None, notes=notes, shared=groups.shared)
         self.forwarded += scored.forwarded
         self.warnings.extend(n for n in notes if n not in self.warnings)
-        if not self.scores.meta:
-            self.scores.meta = {k: v for k, v in scored.scores.meta.items() if k != "data"}
-            if self.inputs.baseline is not None:
-                self.warnings.extend(compare_judged(self.inputs.baseline.meta, self.scores.meta).warnings)
+        first = not self.scores.meta
+        self.scores.meta = {k: v for k, v in scored.scores.meta.items() if k != "data"}  # the latest: a server that left
+        if first and self.inputs.baseline is not None:
+            self.warnings.extend(compare_judged(self.inputs.baseline.meta, self.scores.meta).warnings)
         self.merge(scored.scores)
 
     def release(self) -> None:

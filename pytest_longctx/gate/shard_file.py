@@ -32,8 +32,9 @@ FIX = "give the files --longctx-shard K/N wrote (--longctx-out), whole"
 # the options of a gate run that choose its selection and judge it: every part must have them alike
 JUDGING = ("model", "data", "sets", "lengths", "limit", "mode", "baseline", "update_baseline", "dtype", "backend",
            "backend_options", "kv_press", "trust_remote_code", "allow_beyond_context", "sequential")
-# what may differ between the parts' records of the model as read (each machine names its own device)
-PER_MACHINE = ("device",)
+# what may differ between the parts' records of the model as read: each machine names its own device, and a part read
+# by several vLLM servers the ones that stopped answering on the way (the others read the same figures)
+PER_MACHINE = ("device", "servers_lost")
 
 
 def options_json(options: GateOptions) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Collection, Iterator
 
 from pytest_longctx import __version__
-from pytest_longctx.backends.base import Backend, context_compression, context_window, describe, tokenizer_missing, vocab_size
+from pytest_longctx.backends.base import Backend, context_compression, context_window, describe, incidents, tokenizer_missing, vocab_size
 from pytest_longctx.data.load import Dataset, load_dataset
 from pytest_longctx.data.records import FAITHFULNESS, Item, ItemKey, Kind, config_kind
 from pytest_longctx.errors import LongctxError
@@ -185,7 +185,10 @@ def read_plans(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, pl
     backend, weights, tokenizer and data fingerprints; every read keeps the model's most likely tokens (when the
     backend gives them). ``shared``: the prefix the plans share with the rest of their selection, run once."""
     fingerprints = {(p.config, p.length, p.item.id): item_fingerprint(p.item) for p in plans}
-    meta = {
+    factory = (progress if callable(progress) else Progress) if progress else None
+    run = engine.run_reads(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K, mode=mode,
+                           shared=shared)
+    meta = {  # once read: what the backend says of itself includes what happened on the way (a server that left)
         **describe(backend),
         "tokenizer": tokenizer_fingerprint(tokenizer, mode),
         "mode": mode,
@@ -196,14 +199,12 @@ def read_plans(backend: Backend, tokenizer: Any, dataset: Dataset, mode: str, pl
     meta["judged"] = Judged.from_meta(meta).to_json()  # the one record of what was judged (scoring/identity.py)
     if FAITHFULNESS in dataset.configs:
         meta["chat_markup"] = chat_markup(tokenizer)  # how the faithfulness sessions were rendered
-    factory = (progress if callable(progress) else Progress) if progress else None
-    run = engine.run_reads(backend, plans, factory, reuse_prefixes=reuse_prefixes, cache=cache, top_k=drift.TOP_K, mode=mode,
-                           shared=shared)
     compression = context_compression(backend)
+    noted = notes if notes is not None else []
     for why, lengths in run.uncompressed.items():  # contexts a press could not compress (too short for it), read exact
-        (notes if notes is not None else []).append(f"{compression} could not compress {len(lengths)} "
-                                                    f"context(s) of {min(lengths)} to {max(lengths)} tokens ({why}): they were "
-                                                    "read uncompressed")
+        noted.append(f"{compression} could not compress {len(lengths)} context(s) of {min(lengths)} to {max(lengths)} "
+                     f"tokens ({why}): they were read uncompressed")
+    noted.extend(line for line in incidents(backend) if line not in noted)  # what the backend worked around, never silently
     scores = ScoresFile(mode=mode, meta=meta)
     for plan, result in zip(plans, run.scores):
         key = (plan.config, plan.length, plan.item.id)
@@ -281,7 +282,7 @@ def score_sets(
     scores = scored.scores
     if fallback:
         scores.meta["mode_fallback"] = fallback[0]
-    warnings = (compare_judged(reference.meta, scores.meta, "reference").warnings + notes) if reference is not None else []
+    warnings = (compare_judged(reference.meta, scores.meta, "reference").warnings if reference is not None else []) + notes
     sets = compute_sets(dataset, scores, reference, min_effect)
     rows, row_sources = headline(sets)
     whole = Groups.of(plans, engine.how_read(backend)).whole([(p.config, p.length, p.item.id) for p in plans])

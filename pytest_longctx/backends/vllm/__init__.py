@@ -8,8 +8,9 @@ whose prompt ends at the read, so that vLLM's prefix cache serves what was compu
 and one session (``read_session``) that sends the engine's prefix tree in order; in process, a
 piece's reads are first one request for its prompt log-probabilities. ``options``
 parses the ``--backend-option`` values, ``traffic`` counts requests and cached tokens,
-``in_process`` holds ``VllmBackend`` and ``server`` ``VllmServerBackend``; here, the two
-factories the backend names stand for.
+``in_process`` holds ``VllmBackend`` and ``server`` ``VllmServerBackend``, which reaches each
+server it is given (``urls``) as an ``endpoint`` and reads through all of them as one ``fleet``;
+here, the two factories the backend names stand for.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Mapping
 
 from pytest_longctx.backends.vllm.in_process import VllmBackend
 from pytest_longctx.backends.vllm.options import engine_options, server_options
-from pytest_longctx.backends.vllm.server import VllmServerBackend, check_server_url
+from pytest_longctx.backends.vllm.server import VllmServerBackend
+from pytest_longctx.backends.vllm.urls import is_server_url, server_urls
 from pytest_longctx.errors import LongctxError, without_credentials
 
 
@@ -42,16 +44,17 @@ def factory(model: str, dtype: str = "auto", device: str = "auto", trust_remote_
 def server_factory(model: str, dtype: str = "auto", device: str = "auto",
                    options: Mapping[str, str] | None = None) -> VllmServerBackend:
     """``--backend vllm-server``: ``model`` is the server's URL (``http://host:8000/v1``), or
-    the served model's name with ``--backend-option base-url=…``."""
+    the served model's name with ``--backend-option base-url=…``; either URL may be several,
+    comma-separated: replicas of one deployment, read as one (fleet.py)."""
     if dtype != "auto" or device != "auto":
         raise LongctxError("--dtype and --device do not apply to a vLLM server: it runs the model as it was started "
                            "(vllm serve --dtype …)")
     settings = server_options(options or {})
     shown = without_credentials(model)
     if settings.base_url:
-        check_server_url(settings.base_url, "--backend-option base-url=", settings.api_key_env)
-    if model.startswith(("http://", "https://")):
-        check_server_url(model, "--model ", settings.api_key_env)
+        server_urls(settings.base_url, "--backend-option base-url=", settings.api_key_env)
+    if is_server_url(model):
+        server_urls(model, "--model ", settings.api_key_env)
         if settings.base_url and settings.base_url != model:
             raise LongctxError(f"--model {shown} and --backend-option base-url={without_credentials(settings.base_url)}: give "
                                "the server once")
