@@ -47,13 +47,13 @@ VLLM = KeyTable(OPTION, "the vllm backend", (
           "kv-cache-dtype=fp8, quantization=fp8, max-model-len=N, enforce-eager=true, block-size=N)")
 
 VLLM_SERVER = KeyTable(OPTION, "the vllm-server backend", (
-    Key("base-url", text("URL"), "the server's OpenAI-compatible root, http://host:port/v1, with the served model's "
-        "name as the model"),
+    Key("base-url", text("URL[,URL...]"), "the server's OpenAI-compatible root, http://host:port/v1, or several "
+        "replicas' comma-separated, with the served model's name as the model"),
     Key("served-model", text("NAME"), "the model's name on the server (default: the one it serves)"),
     Key("tokenizer", text("FOLDER_OR_ID"), "a local folder or cached hub id of the model's tokenizer, for the text mode"),
     Key("timeout", POSITIVE, "seconds a request may take", 600.0),
     Key("retries", whole(0), "further tries of a read whose request failed on the way", 2),
-    Key("concurrency", COUNT, "requests in flight at once", 16),
+    Key("concurrency", COUNT, "requests in flight at once, on each server", 16),
     Key("max-logprobs", COUNT, "the server's --max-logprobs: the ids a request may ask for", 20),
     Key("api-key-env", text("NAME"), "the environment variable that holds the API key, if the server wants one",
         "VLLM_API_KEY"),

@@ -305,7 +305,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("backend", "'hf' (transformers), 'llama.cpp' (a .gguf file), 'vllm' (in process), 'vllm-server' (a running "
            "vLLM server) or module:factory", text("BACKEND"), "hf", takes=READING, ini=True,
            doc="`hf` (transformers), `llama.cpp` (a `.gguf` file), `vllm` (vLLM in process), `vllm-server` (a "
-               "running vLLM server: `--longctx-model http://HOST:PORT/v1`), a backend registered as an entry "
+               "running vLLM server: `--longctx-model http://HOST:PORT/v1`, or several replicas' URLs, "
+               "comma-separated), a backend registered as an entry "
                "point, or `module:factory` ([backends.md](backends.md))"),
     Option("backend", "hf: transformers checkpoints, hybrids made in place; llama.cpp: two .gguf files, hybrids written "
            "as GGUF files and run by llama.cpp", choice(*PAIR_BACKENDS), "hf", takes=(BLAME,),

@@ -107,11 +107,11 @@ class Fleet:
             if len(self.alive) == 1:
                 return False
             self.alive.remove(endpoint)
-            self.lost.append(f"{why.short()}, having answered {endpoint.answered} requests")
+            self.lost.append(f"{why.short()}, having answered {endpoint.answered} of the run's requests")
             others = ", ".join(other.where for other in self.alive)
-            self.incidents.append(f"the vLLM server at {endpoint.where} stopped answering after {endpoint.answered} requests "
-                                  f"({why.short()}); {others} read its requests and every later one, so the run was read "
-                                  f"on {len(self.alive)} of {len(self.endpoints)} servers")
+            self.incidents.append(f"the vLLM server at {endpoint.where} stopped answering ({why.short()}), having answered "
+                                  f"{endpoint.answered} of the run's requests; {others} read its requests and every later "
+                                  f"one, so the run was read on {len(self.alive)} of {len(self.endpoints)} servers")
             return True
 
     def _unread(self, last: Unanswered, jobs: deque[tuple[int, Query]]) -> LongctxError:

@@ -60,12 +60,12 @@ class ServerOptions:
     """How the client talks to a vLLM server (``--backend vllm-server``): the keys of
     options/backend_keys.py's ``VLLM_SERVER``, with its defaults."""
 
-    base_url: str = ""  # the server's OpenAI-compatible root, http://host:port/v1
+    base_url: str = ""  # the server's OpenAI-compatible root, http://host:port/v1, or several, comma-separated
     served_model: str = ""  # the model's name on the server; "": the one it serves
     tokenizer: str = ""  # a local folder or cached hub id of the model's tokenizer, for the text mode
     timeout: float = VLLM_SERVER.default("timeout")  # seconds a request may take
     retries: int = VLLM_SERVER.default("retries")  # further tries of a read whose request failed on the way (idempotent)
-    concurrency: int = VLLM_SERVER.default("concurrency")  # requests in flight at once
+    concurrency: int = VLLM_SERVER.default("concurrency")  # requests in flight at once, on each server
     max_logprobs: int = VLLM_SERVER.default("max-logprobs")  # the server's --max-logprobs: the ids a request may ask for
     api_key_env: str = VLLM_SERVER.default("api-key-env")  # the environment variable that holds the API key, if any
     reuse_scores: str = ""  # the user's name for what the server serves: answers kept under it are reused; "": none are
