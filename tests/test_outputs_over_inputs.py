@@ -118,6 +118,6 @@ def test_every_command_checks_its_outputs_against_its_inputs(here, monkeypatch, 
 
 
 def test_a_new_file_of_a_kind_the_folder_does_not_hold_is_no_clash(pytester, here):
-    result = gate(pytester, "--longctx-baseline=missing.json.gz", "--longctx-html=data/report.html", "--longctx-model=model",
+    result = gate(pytester, "--longctx-baseline=missing.json.gz", "--longctx-html=data/report.html",
                   "--junitxml=model/junit.xml", "-k", "nothing")  # no baseline, nothing selected: nothing is read
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.lines

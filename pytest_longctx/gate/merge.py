@@ -219,7 +219,7 @@ def _readings(run: GateRun, parts: Sequence[Part], needed: dict[str, list[ItemKe
               scores: ScoresFile) -> dict[str, Any]:
     """What the unsharded run would have read and how, as a worker exports it (``GateReader.export``): each unit read
     whole, or its sequential reading done again in the global order from the parts' figures; the scores of the items
-    it reads, in the order it reads them; the tokens the parts forwarded together."""
+    it reads, in the order it reads them; the tokens the parts forwarded and the seconds they read, together."""
     options, baseline = run.options, run.baseline
     plans = next((part.units for part in parts if part.units), {})
     sequential = options.sequential != Sequential.OFF and baseline is not None
@@ -245,9 +245,10 @@ def _readings(run: GateRun, parts: Sequence[Part], needed: dict[str, list[ItemKe
     for config, length, item_id in order:
         kept.scores.setdefault(config, {}).setdefault(length, {})[item_id] = scores.scores[config][length][item_id]
     return {"scores": kept.to_json(), "failure": None, "forwarded": sum(part.forwarded for part in parts),
-            "whole": whole, "readings": {unit: reading.to_json() for unit, reading in readings.items()},
+            "seconds": sum(part.seconds for part in parts), "whole": whole,
+            "readings": {unit: reading.to_json() for unit, reading in readings.items()},
             "unread": sorted(unread), "warnings": _warnings(parts), "part": None,
-            "tests": [], "needed": {}}  # the selection is the merge's own (``run.select``)
+            "tests": [], "needed": {}, "unloaded": None}  # the selection is the merge's own (``run.select``)
 
 
 def _require(keys: Iterable[ItemKey], scores: ScoresFile, unit: str) -> None:

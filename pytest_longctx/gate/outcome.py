@@ -33,12 +33,13 @@ class Happened:
         return None
 
     def word(self, judged_failing: bool) -> str:
-        """The headline's word: FAIL where a check failed (``judged_failing``: the comparison's, or a gate test
-        that failed), else PASS only where nothing kept a selected check from being judged."""
+        """The headline's word: NOT RUN where the model did not load, FAIL where a check failed (``judged_failing``:
+        the comparison's, or a gate test that failed), else PASS only where nothing kept a selected check from being
+        judged."""
         if self.selected == 0:
             return NOTHING_SELECTED
+        if self.not_run:  # nothing was judged: what the checks say without a model is not a verdict on it
+            return NOT_RUN
         if judged_failing or self.failed:
             return FAIL
-        if self.not_run:
-            return NOT_RUN
         return STOPPED if self.incomplete() else PASS

@@ -108,7 +108,8 @@ def shard_record(run: GateRun, stopped: str | None) -> dict[str, Any]:
         "identity": selection_identity(run), "mode": run.scores.mode, "meta": run.scores.meta,
         "units": {unit: plan.to_json() for unit, plan in part.units.items()},
         "slice": sorted(list(k) for k in part.slice(keys)), "figures": read_figures(run),
-        "forwarded": run.reader.forwarded, "failure": run.reader.failure, "stopped": stopped, "warnings": run.warnings,
+        "forwarded": run.reader.forwarded, "seconds": run.reader.seconds, "failure": run.reader.failure, "stopped": stopped,
+        "warnings": run.warnings,
     }}
 
 
@@ -136,6 +137,7 @@ class Part:
     slice: set[ItemKey]
     figures: dict[ItemKey, dict[str, Any]]
     forwarded: int
+    seconds: float  # spent reading, as the part's run counted it
     failure: str | None
     stopped: str | None
     warnings: list[str]
@@ -180,7 +182,8 @@ def read_part(path: str) -> Part:
             mode=str(record["mode"]), meta=dict(record["meta"]),
             units={str(unit): UnitPlan.from_json(plan) for unit, plan in record["units"].items()},
             slice={(str(c), str(n), str(i)) for c, n, i in record["slice"]}, figures=figures,
-            forwarded=int(record["forwarded"]), failure=record["failure"], stopped=record["stopped"],
+            forwarded=int(record["forwarded"]), seconds=float(record["seconds"]), failure=record["failure"],
+            stopped=record["stopped"],
             warnings=[str(w) for w in record["warnings"]], scores=scores_from_json(body, str(path)))
         part.needed()
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
