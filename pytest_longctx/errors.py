@@ -70,6 +70,21 @@ def _listed(text: str) -> list[str]:
     return [*pieces, text[start:]]
 
 
+def split_urls(text: str) -> list[str]:
+    """The entries of a comma-separated list of URLs as given: split before each next URL's scheme as ``_listed``
+    splits, and at every other comma outside a secret span, so that an empty entry or one that is no URL stands
+    alone (``http://a/v1,,http://b/v1``, ``http://a/v1,org/tiny``) while a comma in a password splits nothing."""
+    entries = []
+    for piece in _listed(text):
+        spans, start = _secret_spans(piece), 0
+        for n, char in enumerate(piece):
+            if char == "," and not any(a <= n < b for a, b in spans):
+                entries.append(piece[start:n])
+                start = n + 1
+        entries.append(piece[start:])
+    return entries
+
+
 def _masked(url: str) -> str:
     """``url`` with every character of its secret spans hidden, each run of them written ``***``; a comma-separated
     list of URLs, each masked on its own (``_listed``)."""

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from pytest_longctx.errors import Redacted, actual, entered, hidden, without_credentials
+from pytest_longctx.errors import Redacted, actual, entered, hidden, split_urls, without_credentials
 from pytest_longctx.options.backend_keys import VLLM_SERVER
 from pytest_longctx.options.keys import split_settings
 from pytest_longctx.options.table import plugin_option
@@ -43,6 +43,21 @@ from pytest_longctx.options.table import plugin_option
 def test_every_secret_of_a_url_is_hidden(text, shown):
     assert without_credentials(text) == shown
     assert "s3cret" not in without_credentials(text)
+
+
+@pytest.mark.parametrize(("text", "entries"), [
+    ("http://u:s3cret@a:8000/v1,http://b:8000/v1", ["http://u:s3cret@a:8000/v1", "http://b:8000/v1"]),
+    # a comma in a password separates nothing, wherever it stands in it
+    ("http://u:s3,cret@a:8000/v1", ["http://u:s3,cret@a:8000/v1"]),
+    ("http://u:,s3cret,@a:8000/v1,http://v:s3,cret@b/v1", ["http://u:,s3cret,@a:8000/v1", "http://v:s3,cret@b/v1"]),
+    ("http://u:s3cret,http://x@b/v1", ["http://u:s3cret,http://x@b/v1"]),
+    # every other comma does: an empty entry, or one that is no URL, stands alone to be refused
+    ("http://u:s3cret@a/v1,,http://b/v1", ["http://u:s3cret@a/v1", "", "http://b/v1"]),
+    ("http://a/v1,", ["http://a/v1", ""]),
+    ("http://a/v1,org/tiny", ["http://a/v1", "org/tiny"]),
+])
+def test_a_list_of_urls_splits_at_commas_outside_its_secrets(text, entries):
+    assert split_urls(text) == entries
 
 
 @pytest.mark.parametrize("text", [

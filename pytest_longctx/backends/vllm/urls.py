@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pytest_longctx.backends.vllm.options import ServerOptions
-from pytest_longctx.errors import LongctxError, actual, entered
+from pytest_longctx.errors import LongctxError, actual, entered, split_urls
 
 SCHEMES = ("http://", "https://")
 
@@ -27,10 +27,10 @@ def check_server_url(url: str, given_as: str, key_env: str) -> None:
 
 def server_urls(value: str, given_as: str, key_env: str) -> list[str]:
     """The servers ``value`` names, each as entered (redacted where it carries a secret): one URL, or several
-    separated by commas, each checked (``check_server_url``); an empty entry or a server given twice is one line
-    (``given_as`` names the option, as the user gave it)."""
+    separated by commas (a comma in a password separates nothing), each checked (``check_server_url``); an empty
+    entry or a server given twice is one line (``given_as`` names the option, as the user gave it)."""
     check_server_url(value, given_as, key_env)
-    urls = [entered(part.strip()) for part in actual(value).split(",")]
+    urls = [entered(part.strip()) for part in split_urls(actual(value))]
     if len(urls) == 1:
         return urls
     shown = ",".join(urls)
