@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         results, _, seconds, peak = ladders[order]
         lines.append([f"one ladder ({order})", f"{sum(r['tokens_forwarded'] for r in results['ladder']):,}", f"{seconds:.1f}",
                       f"{seconds / separate:.2f}", mib(peak)])
-    print(table(["run", "tokens", "wall s", "x separate", "peak MiB (largest process)"], lines))
+    print(table(["run", "tokens", "wall s", "x separate", "peak MiB (largest process)"], lines), end="\n\n")
     smallest = {order: ladders[order][0]["smallest_passing"] for order in ORDERS}
     print(f"smallest passing: {smallest['digest']} ({ladders['digest'][0]['smallest_passing_reason']})")
     if smallest["digest"] != smallest["drift"]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -109,7 +110,9 @@ def real_gate(model: str, backend: str, args: argparse.Namespace, mode: Sequenti
     command += [f"--longctx-limit={args.limit}"] if args.limit else []
     command += ["-k", "not test_item"] if args.tests == "rows" else []
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    # the candidates' backends (variants:kv_int4) are modules of this folder, which the gate imports as the user's own
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1) or not out.exists():
         raise SystemExit(f"the real gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
