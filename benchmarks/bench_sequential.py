@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from pytest_longctx.gate.thresholds import Thresholds
 from pytest_longctx.gate.verdict import FAIL, PASS
 from pytest_longctx.options.table import Sequential
 from pytest_longctx.reports.format import table
-from variants import build
+from variants import build, gate_environment
 
 HERE = Path(__file__).parent
 ITSELF, KV = "the model itself", "kv-int4"
@@ -110,9 +109,7 @@ def real_gate(model: str, backend: str, args: argparse.Namespace, mode: Sequenti
     command += [f"--longctx-limit={args.limit}"] if args.limit else []
     command += ["-k", "not test_item"] if args.tests == "rows" else []
     start = time.perf_counter()
-    # the candidates' backends (variants:kv_int4) are modules of this folder, which the gate imports as the user's own
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=gate_environment())
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1) or not out.exists():
         raise SystemExit(f"the real gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -70,7 +69,7 @@ from pytest_longctx.numbers import number
 from pytest_longctx.parse import comma_list
 from pytest_longctx.reports.format import table
 from pytest_longctx.scoring.scores_file import load_scores
-from variants import VARIANTS, build
+from variants import VARIANTS, build, gate_environment
 
 HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
@@ -86,12 +85,11 @@ PACKAGED = "Q4_1"  # the packaged file the F32 reference was dequantized from
 def gate(model: str, baseline: Path, lengths: str, limit: int, extra: list[str], out: Path) -> int:
     """The exit status of one pytest run of the gate; its results JSON goes to ``out``, its output to the log
     beside it (``failed_tests`` counts them there)."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={folder}",
                    f"--longctx-model={model}", f"--longctx-baseline={baseline.resolve()}", f"--longctx-lengths={lengths}",
                    f"--longctx-limit={limit}", f"--longctx-out={out.resolve()}", "--longctx-sequential=off", *extra]
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=environment)
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=gate_environment())
         errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
         if errors or not out.exists() or done.returncode not in (0, 1):
             raise SystemExit(f"{model}: the gate could not judge (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")

@@ -30,11 +30,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 VARIANTS = ("int8", "int4-g64", "int2-g64", "window512")
+
+
+def gate_environment() -> dict[str, str]:
+    """The environment of a gate run in its own process that may name this folder's backends
+    (``--longctx-backend variants:kv_int4``): this one, with this folder on ``PYTHONPATH``."""
+    here = str(Path(__file__).parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
 
 
 def rounded(tensor: Any, bits: int, group: int | None) -> Any:
