@@ -71,7 +71,6 @@ from pytest_longctx.reports.format import table
 from pytest_longctx.scoring.scores_file import load_scores
 from variants import VARIANTS, build, gate_environment
 
-HERE = Path(__file__).parent
 KV_VARIANT = "kv-int4"
 TOOL_VARIANTS = ("torchao-int8", "torchao-int4-g64", "torchao-int2-g64")  # the weights as torchao rounds them
 HAND_ROUNDED = ("int8", "int4-g64", "int2-g64")  # benchmarks/variants.py's own rounding: asked for by name only
